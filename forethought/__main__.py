@@ -1,0 +1,7 @@
+"""``python -m forethought``: the same as the ``forethought`` command."""
+
+import sys
+
+from forethought._cli import main
+
+sys.exit(main())

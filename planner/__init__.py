@@ -1,0 +1,50 @@
+"""The model layer and the idle-time planner: backends, grammars, latency, prompts."""
+
+from ._backend import CancelSignal, Generation, GenerationStatus, ModelBackend, Scores
+from ._clock import Clock, MonotonicClock
+from ._decoding import Decoder, DecodeResult, RowResult, ScoreResult, StopReason
+from ._grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
+from ._latency import LatencyModel, LatencyProfile, Prediction
+from ._model_source import (
+    DEFAULT_MODEL,
+    LoadedModel,
+    ModelSource,
+    cache_root,
+    load_model,
+    resolve_model,
+)
+from ._prompt import Prompt, PromptEncoder, describe_format
+from ._transformers import TransformersBackend
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "CancelSignal",
+    "Clock",
+    "DecodeResult",
+    "Decoder",
+    "Generation",
+    "GenerationStatus",
+    "GrammarEngine",
+    "GrammarMatcher",
+    "LLGuidanceEngine",
+    "LatencyModel",
+    "LatencyProfile",
+    "LoadedModel",
+    "ModelBackend",
+    "ModelSource",
+    "MonotonicClock",
+    "Prediction",
+    "Prompt",
+    "PromptEncoder",
+    "RowResult",
+    "ScoreResult",
+    "Scores",
+    "StopReason",
+    "TransformersBackend",
+    "XGrammarEngine",
+    "cache_root",
+    "describe_format",
+    "load_model",
+    "make_engine",
+    "resolve_model",
+]

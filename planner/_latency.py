@@ -1,0 +1,177 @@
+"""The latency model: T = prefill(N_in) + N_out x t_step, predicted before a call runs.
+
+Two linear laws, fitted online from every real forward pass:
+
+* ``prefill(n)``  = a + b * n        (n = new tokens fed in one pass, all rows together)
+* ``step(r)``     = c + d * (r - 1)  (r = rows x tokens per row in one decode pass)
+
+Fits use Theil-Sen (median of pairwise slopes) over a recent window, so a stray slow pass
+(a page fault, the other core busy) does not drag them; percentiles come from the ratio of
+measured to fitted time over the same window. A :class:`LatencyProfile` is the fitted law as
+plain numbers: the simulator charges virtual time with one, measured or given.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["LatencyModel", "LatencyProfile", "Prediction"]
+
+_WINDOW = 256
+_FIT_POINTS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A predicted duration in seconds: the fitted median and a conservative 95th percentile."""
+
+    p50: float
+    p95: float
+
+    def __add__(self, other: Prediction) -> Prediction:
+        return Prediction(self.p50 + other.p50, self.p95 + other.p95)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyProfile:
+    """A device's latency law in plain numbers (seconds), e.g. measured here or given."""
+
+    prefill_base_s: float
+    prefill_per_token_s: float
+    step_base_s: float
+    step_per_row_s: float
+    spread95: float = 1.15
+    """p95 / p50 of measured vs fitted times."""
+
+    @classmethod
+    def from_figures(cls, *, step_ms: float, prefill_us_per_token: float) -> LatencyProfile:
+        """A profile from the two figures people quote (8.6 ms/token, 50 us/prefill token)."""
+        return cls(
+            prefill_base_s=step_ms / 1e3,
+            prefill_per_token_s=prefill_us_per_token / 1e6,
+            step_base_s=step_ms / 1e3,
+            step_per_row_s=step_ms / 1e3 * 0.02,
+            spread95=1.0,
+        )
+
+
+class _Law:
+    """One y = a + b * x law with a sliding window of samples and a cached robust fit."""
+
+    def __init__(self, a: float, b: float, spread95: float) -> None:
+        self._samples: deque[tuple[float, float]] = deque(maxlen=_WINDOW)
+        self._fit = (a, b, 1.0, spread95)  # intercept, slope, p50 ratio, p95 ratio
+
+    def add(self, x: float, y: float) -> None:
+        self._samples.append((x, y))
+        xs, ys = (np.asarray(v, dtype=np.float64) for v in zip(*self._samples, strict=True))
+        self._fit = _theil_sen(xs, ys, self._fit)
+
+    def predict(self, x: float) -> Prediction:
+        a, b, r50, r95 = self._fit
+        base = max(a + b * x, 1e-6)
+        return Prediction(base * r50, base * max(r95, r50))
+
+    @property
+    def coefficients(self) -> tuple[float, float, float]:
+        a, b, r50, r95 = self._fit
+        return a * r50, b * r50, max(r95, r50) / r50
+
+    @property
+    def count(self) -> int:
+        return len(self._samples)
+
+
+def _theil_sen(
+    xs: np.ndarray, ys: np.ndarray, prior: tuple[float, float, float, float]
+) -> tuple[float, float, float, float]:
+    if len(xs) > _FIT_POINTS:
+        xs, ys = xs[-_FIT_POINTS:], ys[-_FIT_POINTS:]
+    if len(xs) == 1 or np.ptp(xs) == 0:
+        # One x seen: keep the prior's slope and move the intercept through the median.
+        slope = prior[1]
+        intercept = float(np.median(ys - slope * xs))
+    else:
+        i, j = np.triu_indices(len(xs), k=1)
+        dx = xs[j] - xs[i]
+        ok = dx != 0
+        slope = max(float(np.median((ys[j] - ys[i])[ok] / dx[ok])), 0.0)
+        intercept = float(np.median(ys - slope * xs))
+    fitted = np.maximum(intercept + slope * xs, 1e-6)
+    ratios = ys / fitted
+    if len(xs) >= 8:
+        r50, r95 = float(np.median(ratios)), float(np.quantile(ratios, 0.95))
+    else:
+        r50, r95 = 1.0, max(prior[3], float(ratios.max()))
+    return intercept, slope, r50, r95
+
+
+class LatencyModel:
+    """Predicts prefill and decode-step times; learns from every real pass. Thread-safe.
+
+    ``fixed=True`` freezes it at its profile (the simulator's virtual device).
+    """
+
+    def __init__(self, profile: LatencyProfile | None = None, *, fixed: bool = False) -> None:
+        p = profile or LatencyProfile(0.02, 0.002, 0.05, 0.002)
+        self._lock = threading.Lock()
+        self._fixed = fixed
+        self._prefill = _Law(p.prefill_base_s, p.prefill_per_token_s, p.spread95)
+        self._step = _Law(p.step_base_s, p.step_per_row_s, p.spread95)
+        self._steps_per_action: deque[int] = deque(maxlen=64)
+
+    def observe_prefill(self, tokens: int, seconds: float) -> None:
+        """Record a prefill pass over ``tokens`` new tokens that took ``seconds``."""
+        if not self._fixed:
+            with self._lock:
+                self._prefill.add(float(tokens), seconds)
+
+    def observe_step(self, rows: int, seconds: float) -> None:
+        """Record a decode pass over ``rows`` tokens (rows x tokens per row)."""
+        if not self._fixed:
+            with self._lock:
+                self._step.add(float(max(rows, 1) - 1), seconds)
+
+    def observe_action(self, steps: int) -> None:
+        """Record how many decode passes one completed action needed."""
+        with self._lock:
+            self._steps_per_action.append(steps)
+
+    def prefill(self, tokens: int) -> Prediction:
+        """Predicted time of one prefill pass over ``tokens`` new tokens."""
+        with self._lock:
+            return self._prefill.predict(float(tokens))
+
+    def step(self, rows: int = 1) -> Prediction:
+        """Predicted time of one decode pass over ``rows`` tokens."""
+        with self._lock:
+            return self._step.predict(float(max(rows, 1) - 1))
+
+    def typical_steps(self, default: int = 8) -> int:
+        """The median number of decode passes a completed action has needed."""
+        with self._lock:
+            if not self._steps_per_action:
+                return default
+            return int(np.median(np.asarray(self._steps_per_action)))
+
+    def call(self, prefill_tokens: int, steps: int, rows: int = 1) -> Prediction:
+        """Predicted time of a whole call: one prefill and ``steps`` decode passes."""
+        step = self.step(rows)
+        return self.prefill(prefill_tokens) + Prediction(step.p50 * steps, step.p95 * steps)
+
+    @property
+    def samples(self) -> tuple[int, int]:
+        """How many prefill and step passes the fits have seen."""
+        with self._lock:
+            return self._prefill.count, self._step.count
+
+    def profile(self) -> LatencyProfile:
+        """The current fit as plain numbers."""
+        with self._lock:
+            pa, pb, ps = self._prefill.coefficients
+            sa, sb, ss = self._step.coefficients
+        return LatencyProfile(pa, pb, sa, sb, max(ps, ss))

@@ -1,0 +1,119 @@
+"""Prompts as two parts: a shared context (cached as KV) and the per-call event.
+
+The context -- task description, the action format, the current state -- is the same for every
+event in a state, so its tokens form the prefix whose KV cache is reused. The event is the only
+part a call must prefill. With a chat template the split falls where the user's message starts.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from forethought.policies import ActionForm, ActionSchema
+
+__all__ = ["Prompt", "PromptEncoder", "describe_format"]
+
+_SENTINEL = "\x00EVENT\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A prompt: ``context`` (task and state, shared by many calls) and ``event`` (this call)."""
+
+    context: str
+    event: str
+
+
+def _describe(schema: Mapping[str, Any]) -> str:
+    if "const" in schema:
+        return repr(schema["const"]).replace("'", '"')
+    if "enum" in schema:
+        return " | ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return " | ".join(_describe(s) for s in schema["anyOf"])
+    kind = schema.get("type")
+    if kind in ("number", "integer"):
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        rng = f" {lo}..{hi}" if lo is not None and hi is not None else ""
+        return f"{kind}{rng}"
+    if kind == "object":
+        inner = ", ".join(f'"{k}": {_describe(v)}' for k, v in schema.get("properties", {}).items())
+        return "{" + inner + "}"
+    if kind == "array":
+        return f"[{_describe(schema.get('items', {}))}, ...]"
+    return str(kind or "value")
+
+
+def describe_format(schema: ActionSchema, form: ActionForm) -> str:
+    """The instruction that tells the model which JSON to write."""
+    js = schema.json_schema(form)
+    required = set(js.get("required", []))
+    fields = "; ".join(
+        f'"{k}"{"" if k in required else " (optional)"}: {_describe(v)}'
+        for k, v in js["properties"].items()
+    )
+    if form is ActionForm.COMPACT:
+        legend = ", ".join(f'"{alias}" = {name}' for name, alias in schema.aliases.items())
+        return (
+            "Answer with one compact JSON object and nothing else. "
+            f"Fields: {fields}. Keys: {legend}."
+        )
+    return (
+        "Answer with one JSON object and nothing else, with a one-sentence reason. "
+        f"Fields: {fields}."
+    )
+
+
+class PromptEncoder:
+    """Turns prompts into (prefix ids, own ids) for one tokenizer, caching prefixes."""
+
+    def __init__(self, tokenizer: Any, *, cache_size: int = 32) -> None:
+        self._tok = tokenizer
+        self._has_template = bool(getattr(tokenizer, "chat_template", None))
+        self._prefixes: OrderedDict[tuple[str, str, ActionForm], tuple[list[int], str]] = (
+            OrderedDict()
+        )
+        self._cap = cache_size
+
+    def _ids(self, text: str) -> list[int]:
+        ids: list[int] = self._tok.encode(text, add_special_tokens=False)
+        return ids
+
+    def _render(self, system: str) -> tuple[str, str]:
+        """The prompt text before and after the event, with the event left out."""
+        if not self._has_template:
+            return f"{system}\n\nEvent: ", "\nAction: "
+        messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": _SENTINEL},
+        ]
+        text: str = self._tok.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        before, _, after = text.partition(_SENTINEL)
+        return before, after
+
+    def encode(
+        self, prompt: Prompt, schema: ActionSchema, form: ActionForm = ActionForm.COMPACT
+    ) -> tuple[list[int], list[int]]:
+        """Token ids of the shared prefix and of this call's own part."""
+        key = (prompt.context, schema.fingerprint, form)
+        hit = self._prefixes.get(key)
+        if hit is None:
+            system = f"{prompt.context}\n\n{describe_format(schema, form)}"
+            before, after = self._render(system)
+            hit = (self._ids(before), after)
+            self._prefixes[key] = hit
+            while len(self._prefixes) > self._cap:
+                self._prefixes.popitem(last=False)
+        else:
+            self._prefixes.move_to_end(key)
+        prefix, after = hit
+        return prefix, self._ids(prompt.event + after)
+
+    def encode_action(self, text: str) -> list[int]:
+        """Token ids of an action's JSON text as the model would continue with it."""
+        return self._ids(text)

@@ -1,0 +1,99 @@
+"""The one exception tree of Forethought.
+
+::
+
+    ForethoughtError
+     ├── ConfigError (ValueError)      bad input found at load or construction
+     │    ├── SchemaError              an action schema that cannot be used or compiled
+     │    └── ModelNotFound            an unknown model name or path, or a missing model package
+     ├── PromptTooLong (ValueError)    a prompt that does not fit the model's context
+     ├── DeadlinePassed                a call made when its deadline had already passed
+     ├── InvalidAction                 model output that does not validate against the schema
+     └── BackendError                  the model failed while running (``retryable``)
+
+Usage errors (``ConfigError`` and below) are raised where the bad value enters: they name the
+field and the value. Run-time errors carry the data a caller needs to react (``late_by``,
+``raw``, ``retryable``) rather than only a message.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "ConfigError",
+    "DeadlinePassed",
+    "ForethoughtError",
+    "InvalidAction",
+    "ModelNotFound",
+    "PromptTooLong",
+    "SchemaError",
+]
+
+
+class ForethoughtError(Exception):
+    """Base of every error Forethought raises on purpose."""
+
+
+class ConfigError(ForethoughtError, ValueError):
+    """Raised when a configuration, spec or argument is invalid; names the field and value."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        super().__init__(f"{field}: {problem} (got {value!r})")
+        self.field = field
+        self.value = value
+        self.problem = problem
+
+
+class SchemaError(ConfigError):
+    """Raised when an action schema cannot be used: unsupported construct or failed compile."""
+
+
+class ModelNotFound(ConfigError):
+    """Raised when a model name or path resolves to nothing loadable.
+
+    ``install`` holds the exact command that provides the model, when one exists.
+    """
+
+    def __init__(
+        self, field: str, value: object, problem: str, *, install: str | None = None
+    ) -> None:
+        if install is not None:
+            problem = f"{problem}; install it with: {install}"
+        super().__init__(field, value, problem)
+        self.install = install
+
+
+class PromptTooLong(ForethoughtError, ValueError):
+    """Raised when a prompt (plus room for the answer) exceeds the model's context."""
+
+    def __init__(self, tokens: int, limit: int) -> None:
+        super().__init__(f"prompt of {tokens} tokens exceeds the model's context of {limit}")
+        self.tokens = tokens
+        self.limit = limit
+
+
+class DeadlinePassed(ForethoughtError):
+    """Raised when a model call is made after its absolute deadline."""
+
+    def __init__(self, deadline: float, now: float) -> None:
+        self.late_by = now - deadline
+        super().__init__(f"deadline {deadline:.6f} already passed {self.late_by * 1e3:.3f} ms ago")
+        self.deadline = deadline
+        self.now = now
+
+
+class InvalidAction(ForethoughtError):
+    """Raised when text or data does not validate as an action; ``raw`` keeps the input."""
+
+    def __init__(self, raw: str, reason: str) -> None:
+        super().__init__(f"invalid action {raw[:200]!r}: {reason}")
+        self.raw = raw
+        self.reason = reason
+
+
+class BackendError(ForethoughtError):
+    """Raised when the model backend fails while running a call."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable

@@ -1,0 +1,88 @@
+"""Shared fixtures: the embedded model (converted once per session) and a tiny random Llama."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forethought.planner import LoadedModel, TransformersBackend, load_model, resolve_model
+from forethought.policies import ActionSchema
+
+ROBOT_ACTION = {
+    "type": "object",
+    "properties": {
+        "action": {"enum": ["stop", "slow", "go", "turn_left", "turn_right", "dock"]},
+        "speed": {"type": "number", "minimum": 0, "maximum": 1.5},
+    },
+    "required": ["action"],
+}
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh FORETHOUGHT_CACHE for the session: the first SmolLM2 load converts into it."""
+    path = tmp_path_factory.mktemp("forethought-cache")
+    old = os.environ.get("FORETHOUGHT_CACHE")
+    os.environ["FORETHOUGHT_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("FORETHOUGHT_CACHE", None)
+    else:
+        os.environ["FORETHOUGHT_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def smollm2_first_load(model_cache: Path) -> LoadedModel:
+    """The embedded model's first (converting) load in this session's cache."""
+    return load_model(resolve_model("smollm2-135m"), device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(
+    tmp_path_factory: pytest.TempPathFactory, smollm2_first_load: LoadedModel
+) -> Path:
+    """A 2-layer random-weight Llama with SmolLM2's tokenizer, saved as a local model folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tok = smollm2_first_load.tokenizer
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_backend(tiny_model_dir: Path) -> TransformersBackend:
+    """A loaded, warmed TransformersBackend on the tiny model (fp32, CPU, llguidance)."""
+    backend = TransformersBackend(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    backend.load()
+    return backend
+
+
+@pytest.fixture(scope="session")
+def robot_schema() -> ActionSchema:
+    """A small robot action: an enum and an optional bounded number."""
+    return ActionSchema.from_json_schema(ROBOT_ACTION)
