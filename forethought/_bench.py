@@ -381,11 +381,15 @@ def run_bench(
     grammar: str,
     quick: bool,
     json_path: Path | None,
+    suite: str = "model",
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run every section and return (and optionally write) the figures."""
+    """Run the suite's sections and return (and optionally write) the figures.
+
+    ``suite``: ``model`` (the latency law and the model layer), ``planner``, or ``all``.
+    """
     t_start = time.perf_counter()
-    report: dict[str, Any] = {"model": model, "quick": quick}
+    report: dict[str, Any] = {"model": model, "quick": quick, "suite": suite}
     load: dict[str, Any] = {}
     if not quick:  # a converting load in a fresh cache folder, then the cached one
         with tempfile.TemporaryDirectory() as tmp:
@@ -421,20 +425,31 @@ def run_bench(
         f"load: converting {conv and round(conv, 1)} s, cached {load['cached_s']:.1f} s, "
         f"warm-up {load['warm_up_s']:.1f} s"
     )
-    bench = _Bench(backend, quick, say)
-    for name in (
-        "law",
-        "compact_vs_verbose",
-        "constrained",
-        "score_vs_generate",
-        "batching",
-        "live_paths",
-        "cancellation",
-    ):
-        report[name] = getattr(bench, name)()
+    targets: dict[str, dict[str, Any]] = {}
+    if suite in ("model", "all"):
+        bench = _Bench(backend, quick, say)
+        for name in (
+            "law",
+            "compact_vs_verbose",
+            "constrained",
+            "score_vs_generate",
+            "batching",
+            "live_paths",
+            "cancellation",
+        ):
+            report[name] = getattr(bench, name)()
+        targets |= _targets(report, grammar)
+    if suite in ("planner", "all"):
+        from forethought._bench_planner import (  # noqa: PLC0415
+            planner_targets,
+            run_planner_bench,
+        )
+
+        report["planner"] = run_planner_bench(backend, quick=quick, say=say)
+        targets |= {k: _target(*v) for k, v in planner_targets(report["planner"]).items()}
     report["latency_profile"] = asdict(backend.latency.profile())
     report["seconds"] = time.perf_counter() - t_start
-    report["targets"] = _targets(report, grammar)
+    report["targets"] = targets
     for k, v in report["targets"].items():
         say(
             f"target {k:38s} {v['value']:.3f} {v['op']} {v['bound']}  "
@@ -450,12 +465,14 @@ def run_bench(
     return report
 
 
-def _targets(r: dict[str, Any], grammar: str) -> dict[str, dict[str, Any]]:
-    def t(value: float | None, op: str, bound: float) -> dict[str, Any]:
-        v = float("nan") if value is None else float(value)
-        ok = v >= bound if op == ">=" else v <= bound
-        return {"value": v, "op": op, "bound": bound, "pass": bool(ok)}
+def _target(value: float | None, op: str, bound: float) -> dict[str, Any]:
+    v = float("nan") if value is None else float(value)
+    ok = v >= bound if op == ">=" else v <= bound
+    return {"value": v, "op": op, "bound": bound, "pass": bool(ok)}
 
+
+def _targets(r: dict[str, Any], grammar: str) -> dict[str, dict[str, Any]]:
+    t = _target
     engine = r["constrained"].get(grammar, {})
     return {
         "T vs N_out fit r2": t(r["law"]["fit"]["r2"], ">=", 0.98),

@@ -37,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--grammar", default="llguidance", choices=["llguidance", "xgrammar"])
     bench.add_argument("--quick", action="store_true", help="about a minute on a 2-core CPU")
     bench.add_argument(
+        "--suite",
+        default="model",
+        choices=["model", "planner", "all"],
+        help="model: the latency law and the model layer; planner: the idle-time planner",
+    )
+    bench.add_argument(
         "--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON"
     )
     return parser
@@ -57,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 grammar=args.grammar,
                 quick=args.quick,
                 json_path=args.json,
+                suite=args.suite,
             )
     except ForethoughtError as exc:
         print(f"error: {exc}", file=sys.stderr)

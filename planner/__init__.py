@@ -3,6 +3,8 @@
 from ._backend import CancelSignal, Generation, GenerationStatus, ModelBackend, Scores
 from ._clock import Clock, MonotonicClock
 from ._decoding import Decoder, DecodeResult, RowResult, ScoreResult, StopReason
+from ._forecaster import Forecaster
+from ._gate import ModelGate
 from ._grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
 from ._latency import LatencyModel, LatencyProfile, Prediction
 from ._model_source import (
@@ -13,15 +15,18 @@ from ._model_source import (
     load_model,
     resolve_model,
 )
-from ._prompt import Prompt, PromptEncoder, describe_format
+from ._planner import Branch, Planner, PlannerConfig, PlannerStats
+from ._prompt import Prompt, PromptEncoder, describe_format, state_context
 from ._transformers import TransformersBackend
 
 __all__ = [
     "DEFAULT_MODEL",
+    "Branch",
     "CancelSignal",
     "Clock",
     "DecodeResult",
     "Decoder",
+    "Forecaster",
     "Generation",
     "GenerationStatus",
     "GrammarEngine",
@@ -31,8 +36,12 @@ __all__ = [
     "LatencyProfile",
     "LoadedModel",
     "ModelBackend",
+    "ModelGate",
     "ModelSource",
     "MonotonicClock",
+    "Planner",
+    "PlannerConfig",
+    "PlannerStats",
     "Prediction",
     "Prompt",
     "PromptEncoder",
@@ -47,4 +56,5 @@ __all__ = [
     "load_model",
     "make_engine",
     "resolve_model",
+    "state_context",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 
 from forethought.policies import ActionForm, ActionSchema
 
-__all__ = ["Prompt", "PromptEncoder", "describe_format"]
+__all__ = ["Prompt", "PromptEncoder", "describe_format", "state_context"]
 
 _SENTINEL = "\x00EVENT\x00"
 
@@ -117,3 +117,12 @@ class PromptEncoder:
     def encode_action(self, text: str) -> list[int]:
         """Token ids of an action's JSON text as the model would continue with it."""
         return self._ids(text)
+
+
+def state_context(description: str, state_json: str) -> str:
+    """The shared context for one state: the task description and the state as JSON.
+
+    The planner and the executor's live tiers both build prompts with it, so a live call in a
+    state reuses the KV cache the planner left for that state's prefix.
+    """
+    return f"{description.strip()}\n\nCurrent state: {state_json}"

@@ -1,4 +1,4 @@
-"""Pure data: action schemas, the event space, the policy tree, the error tree. No torch."""
+"""Pure data: action schemas, the event space, state, the policy tree, the error tree. No torch."""
 
 from ._action import ActionForm, ActionSchema
 from ._errors import (
@@ -7,10 +7,15 @@ from ._errors import (
     DeadlinePassed,
     ForethoughtError,
     InvalidAction,
+    InvalidState,
     ModelNotFound,
     PromptTooLong,
     SchemaError,
+    SnapshotError,
 )
+from ._events import EventKey, EventSpace, EventType, Grid
+from ._state import WorldState
+from ._tree import PolicyNode, PolicyTree
 
 __all__ = [
     "ActionForm",
@@ -18,9 +23,18 @@ __all__ = [
     "BackendError",
     "ConfigError",
     "DeadlinePassed",
+    "EventKey",
+    "EventSpace",
+    "EventType",
     "ForethoughtError",
+    "Grid",
     "InvalidAction",
+    "InvalidState",
     "ModelNotFound",
+    "PolicyNode",
+    "PolicyTree",
     "PromptTooLong",
     "SchemaError",
+    "SnapshotError",
+    "WorldState",
 ]

@@ -5,10 +5,13 @@
     ForethoughtError
      ├── ConfigError (ValueError)      bad input found at load or construction
      │    ├── SchemaError              an action schema that cannot be used or compiled
-     │    └── ModelNotFound            an unknown model name or path, or a missing model package
+     │    ├── ModelNotFound            an unknown model name or path, or a missing model package
+     │    └── InvalidState             a state that is not a JSON object, or too large
      ├── PromptTooLong (ValueError)    a prompt that does not fit the model's context
      ├── DeadlinePassed                a call made when its deadline had already passed
      ├── InvalidAction                 model output that does not validate against the schema
+     ├── SnapshotError                 a policy-tree snapshot that is corrupt or made for another
+     │                                 schema or model (``reason``)
      └── BackendError                  the model failed while running (``retryable``)
 
 Usage errors (``ConfigError`` and below) are raised where the bad value enters: they name the
@@ -24,9 +27,11 @@ __all__ = [
     "DeadlinePassed",
     "ForethoughtError",
     "InvalidAction",
+    "InvalidState",
     "ModelNotFound",
     "PromptTooLong",
     "SchemaError",
+    "SnapshotError",
 ]
 
 
@@ -63,6 +68,10 @@ class ModelNotFound(ConfigError):
         self.install = install
 
 
+class InvalidState(ConfigError):
+    """Raised when a state (or a patch to it) is not a JSON object or exceeds the size bound."""
+
+
 class PromptTooLong(ForethoughtError, ValueError):
     """Raised when a prompt (plus room for the answer) exceeds the model's context."""
 
@@ -89,6 +98,16 @@ class InvalidAction(ForethoughtError):
         super().__init__(f"invalid action {raw[:200]!r}: {reason}")
         self.raw = raw
         self.reason = reason
+
+
+class SnapshotError(ForethoughtError):
+    """Raised when a tree snapshot cannot be used; ``reason`` is ``corrupt`` or ``mismatch``."""
+
+    def __init__(self, path: str, reason: str, detail: str) -> None:
+        super().__init__(f"snapshot {path}: {detail}")
+        self.path = path
+        self.reason = reason
+        self.detail = detail
 
 
 class BackendError(ForethoughtError):

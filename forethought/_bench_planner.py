@@ -1,0 +1,193 @@
+"""``forethought bench --suite planner``: the idle-time planner on the embedded model.
+
+A shipped-style warehouse event space of 30 keys. Figures: time to cover the 8 most likely
+events after a state change, coverage reached with idle time, how busy the planner keeps the
+model while work remains, CPU used while asleep, how long an urgent caller waits for the model,
+the forecaster's accuracy on a Markov stream against the best possible, and snapshot speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from forethought.planner import Forecaster, ModelGate, Planner, PlannerConfig, TransformersBackend
+from forethought.policies import (
+    ActionSchema,
+    EventKey,
+    EventSpace,
+    PolicyNode,
+    PolicyTree,
+    WorldState,
+)
+
+__all__ = ["WAREHOUSE_EVENTS", "run_planner_bench"]
+
+WAREHOUSE_EVENTS: list[dict[str, Any]] = [
+    {"type": "obstacle", "deadline_ms": 600, "weight": 4, "effects": {"zone": "blocked"},
+     "params": {"side": ["left", "right", "front"],
+                "distance_m": {"min": 0.5, "max": 2.0, "step": 0.5}}},
+    {"type": "person", "deadline_ms": 400, "weight": 3,
+     "params": {"side": ["left", "right", "front"], "distance_m": [1, 2]}},
+    {"type": "battery_low", "deadline_ms": 3000, "weight": 1, "effects": {"battery": "$level"},
+     "params": {"level": [0.1, 0.2, 0.3]}},
+    {"type": "path_clear", "deadline_ms": 1500, "weight": 2, "effects": {"zone": "aisle"}},
+    {"type": "forklift", "deadline_ms": 500, "weight": 2, "params": {"side": ["left", "right"]}},
+    {"type": "dock_free", "deadline_ms": 5000, "weight": 1, "params": {"dock": [1, 2, 3]}},
+    {"type": "estop", "deadline_ms": 200, "weight": 0.5},
+    {"type": "spill", "deadline_ms": 800, "weight": 1, "params": {"distance_m": [1, 2]}},
+]
+ACTION = {
+    "type": "object",
+    "properties": {
+        "action": {"enum": ["stop", "slow_down", "continue", "turn_left", "turn_right",
+                            "reverse", "dock", "wait"]},
+        "speed": {"type": "number", "minimum": 0, "maximum": 1.5},
+    },
+    "required": ["action", "speed"],
+}
+DESCRIPTION = ("You drive an autonomous mobile robot in a warehouse. Keep people and goods "
+               "safe; prefer stopping when unsure.")
+
+
+async def _planner_run(backend: TransformersBackend, quick: bool,
+                       say: Callable[[str], None]) -> dict[str, Any]:
+    space = EventSpace.from_specs(WAREHOUSE_EVENTS)
+    schema = ActionSchema.from_json_schema(ACTION)
+    await backend.prepare(schema)
+    box: list[Planner] = []
+    tree = PolicyTree(max_nodes=2_000, on_evict=lambda _: box[0].wake())
+    gate = ModelGate()
+    start_state = WorldState({"zone": "aisle", "battery": 0.8})
+    planner = Planner(
+        backend=backend, gate=gate, space=space, schema=schema, tree=tree,
+        forecaster=Forecaster(space), description=DESCRIPTION, state=start_state,
+        config=PlannerConfig(max_depth=1 if quick else 2, batch_size=8),
+    )
+    box.append(planner)
+    out: dict[str, Any] = {"keys": len(space)}
+    loop = asyncio.get_running_loop()
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(planner.run(), name="forethought.planner")
+        # 1. cold start: the first state's 8 most likely events
+        top8 = [k for k, _ in planner._forecaster.top(start_state.fingerprint, 8)]  # noqa: SLF001
+        t0 = loop.time()
+        while not all(tree.lookup(start_state.fingerprint, k) for k in top8):
+            await asyncio.sleep(0.01)
+        out["cover8_cold_s"] = loop.time() - t0
+        # 2. an urgent caller takes the model from a busy planner
+        waits = []
+        for _ in range(3 if quick else 8):
+            await asyncio.sleep(0.15)
+            if planner.sleeping:
+                break
+            t1 = loop.time()
+            async with gate.urgent():
+                waits.append(loop.time() - t1)
+        out["urgent_wait_ms"] = [round(w * 1e3, 1) for w in waits]
+        # 3. until asleep: coverage and how busy the model was
+        while not planner.sleeping:
+            await asyncio.sleep(0.02)
+        wall = loop.time() - t0
+        out["first_state"] = {"wall_s": wall, "busy_s": planner.stats.busy_s,
+                              "busy_fraction": planner.stats.busy_s / wall,
+                              "coverage": planner.coverage(), "branches": len(tree)}
+        # 4. asleep: CPU used by this process while nothing is left to plan
+        cpu0 = time.process_time()
+        await asyncio.sleep(1.0)
+        out["asleep_cpu_s_per_s"] = time.process_time() - cpu0
+        # 5. a state change: time to cover the new state's 8 most likely events
+        busy0 = planner.stats.busy_s
+        t2 = loop.time()
+        planner.set_state(start_state.patched({"zone": "loading", "battery": 0.6}))
+        await asyncio.sleep(0)
+        while not planner.sleeping:
+            await asyncio.sleep(0.02)
+        wall2 = loop.time() - t2
+        out["state_change"] = {"cover8_s": planner.stats.cover_times_s[-1],
+                               "wall_s": wall2,
+                               "busy_fraction": (planner.stats.busy_s - busy0) / wall2,
+                               "coverage": planner.coverage()}
+        task.cancel()
+    out["stats"] = planner.stats.as_dict()
+    out["max_tree_size"] = len(tree)
+    say(f"planner: {len(space)} keys; cold cover of top-8 {out['cover8_cold_s']:.2f} s; "
+        f"after a state change {out['state_change']['cover8_s']:.2f} s")
+    say(f"  coverage when asleep {out['first_state']['coverage']:.3f} / "
+        f"{out['state_change']['coverage']:.3f}; model busy "
+        f"{out['first_state']['busy_fraction']:.2f} / {out['state_change']['busy_fraction']:.2f}"
+        f" of the wall time while work remained")
+    say(f"  asleep: {out['asleep_cpu_s_per_s'] * 1e3:.1f} ms CPU per s; urgent caller waited "
+        f"{out['urgent_wait_ms']} ms for a busy planner")
+    return out
+
+
+def _forecaster_accuracy(say: Callable[[str], None]) -> dict[str, float]:
+    rng = np.random.default_rng(11)
+    space = EventSpace.from_specs(WAREHOUSE_EVENTS)
+    keys = space.keys()
+    n = len(keys)
+    trans = rng.dirichlet(np.full(n, 0.2), size=n)
+    w, v = np.linalg.eig(trans.T)
+    pi = np.real(v[:, np.argmin(np.abs(w - 1))])
+    pi /= pi.sum()
+    best = float((pi * trans.max(axis=1)).sum())
+    f = Forecaster(space)
+    s, hits = 0, []
+    for _ in range(1500):
+        nxt = int(rng.choice(n, p=trans[s]))
+        hits.append(f.top("s", 1)[0][0] == keys[nxt])
+        f.observe(keys[nxt], "s")
+        s = nxt
+    acc = float(np.mean(hits[500:]))
+    say(f"forecaster top-1 after 500 events {acc:.3f} vs best possible {best:.3f}")
+    return {"top1_after_500": acc, "best_possible": best, "gap": best - acc}
+
+
+def _snapshot_speed(say: Callable[[str], None]) -> dict[str, float]:
+    tree = PolicyTree(max_nodes=10_000)
+    for i in range(12_000):  # past the cap: it must hold
+        tree.insert(PolicyNode(f"s{i % 40}", EventKey("obstacle", (("i", i),)),
+                               {"action": "stop", "speed": 0.0}, '{"a":"stop","s":0}',
+                               (i % 97) / 97, "smollm2-135m", 9, 0.3, float(i)))
+    assert len(tree) == 10_000
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tree.json"
+        t0 = time.perf_counter()
+        tree.save(path, schema="s", model_id="m")
+        save = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        back = PolicyTree.load(path, schema="s", model_id="m")
+        load = time.perf_counter() - t0
+    say(f"snapshot of {len(back)} nodes: save {save * 1e3:.0f} ms, load {load * 1e3:.0f} ms")
+    return {"nodes": len(back), "save_s": save, "load_s": load}
+
+
+def run_planner_bench(backend: TransformersBackend, *, quick: bool,
+                      say: Callable[[str], None]) -> dict[str, Any]:
+    """Run the planner suite on a loaded backend."""
+    out = asyncio.run(_planner_run(backend, quick, say))
+    out["forecaster"] = _forecaster_accuracy(say)
+    out["snapshot"] = _snapshot_speed(say)
+    return out
+
+
+def planner_targets(r: dict[str, Any]) -> dict[str, tuple[float, str, float]]:
+    """(value, op, bound) per issue-3 target."""
+    return {
+        "cover top-8 after state change (s)": (r["state_change"]["cover8_s"], "<=", 2.0),
+        "coverage with idle time": (min(r["first_state"]["coverage"],
+                                        r["state_change"]["coverage"]), ">=", 0.95),
+        "model busy while work remains": (min(r["first_state"]["busy_fraction"],
+                                              r["state_change"]["busy_fraction"]), ">=", 0.90),
+        "CPU while asleep (s per s)": (r["asleep_cpu_s_per_s"], "<=", 0.01),
+        "forecaster gap to best (500 ev)": (r["forecaster"]["gap"], "<=", 0.05),
+        "snapshot 10k save+load (s)": (r["snapshot"]["save_s"] + r["snapshot"]["load_s"],
+                                       "<=", 1.0),
+    }
