@@ -386,7 +386,8 @@ def run_bench(
 ) -> dict[str, Any]:
     """Run the suite's sections and return (and optionally write) the figures.
 
-    ``suite``: ``model`` (the latency law and the model layer), ``planner``, or ``all``.
+    ``suite``: ``model`` (the latency law and the model layer), ``planner``, ``executor``,
+    or ``all``.
     """
     t_start = time.perf_counter()
     report: dict[str, Any] = {"model": model, "quick": quick, "suite": suite}
@@ -447,6 +448,14 @@ def run_bench(
 
         report["planner"] = run_planner_bench(backend, quick=quick, say=say)
         targets |= {k: _target(*v) for k, v in planner_targets(report["planner"]).items()}
+    if suite in ("executor", "all"):
+        from forethought._bench_executor import (  # noqa: PLC0415
+            executor_targets,
+            run_executor_bench,
+        )
+
+        report["executor"] = run_executor_bench(backend, quick=quick, say=say)
+        targets |= {k: _target(*v) for k, v in executor_targets(report["executor"]).items()}
     report["latency_profile"] = asdict(backend.latency.profile())
     report["seconds"] = time.perf_counter() - t_start
     report["targets"] = targets

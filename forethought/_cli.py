@@ -7,13 +7,16 @@ CLI never sees a traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import orjson
+
 from forethought.planner import DEFAULT_MODEL
-from forethought.policies import ForethoughtError
+from forethought.policies import ConfigError, ForethoughtError
 
 __all__ = ["main"]
 
@@ -39,12 +42,25 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--suite",
         default="model",
-        choices=["model", "planner", "all"],
-        help="model: the latency law and the model layer; planner: the idle-time planner",
+        choices=["model", "planner", "executor", "all"],
+        help="model: the latency law and model layer; planner: the idle-time planner; "
+        "executor: the critical path while the planner is busy",
     )
     bench.add_argument(
         "--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON"
     )
+    run = sub.add_parser("run", help="run an agent on an MQTT broker until SIGINT/SIGTERM")
+    run.add_argument("spec", type=Path, help="agent spec (YAML or JSON; a scenario works too)")
+    run.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port")
+    run.add_argument("--agent-id", default=None, help="names the topics (default: agent)")
+    run.add_argument("--config", type=Path, default=None, help="TOML configuration file")
+    send = sub.add_parser("send", help="publish a test event and print the decision")
+    send.add_argument("type", help="event type")
+    send.add_argument("--params", default="{}", help="event parameters as a JSON object")
+    send.add_argument("--mqtt", required=True, metavar="URL", help="mqtt://host:port")
+    send.add_argument("--agent-id", default="agent")
+    send.add_argument("--deadline-ms", type=float, default=None)
+    send.add_argument("--wait", type=float, default=10.0, help="seconds to wait for the answer")
     return parser
 
 
@@ -65,6 +81,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json_path=args.json,
                 suite=args.suite,
             )
+        elif args.command == "run":
+            from forethought._serve import run_agent  # noqa: PLC0415
+
+            return asyncio.run(
+                run_agent(args.spec, mqtt=args.mqtt, agent_id=args.agent_id, config=args.config)
+            )
+        elif args.command == "send":
+            from forethought._serve import send_event  # noqa: PLC0415
+
+            try:
+                params = orjson.loads(args.params)
+            except orjson.JSONDecodeError as exc:
+                raise ConfigError("--params", args.params, f"not JSON: {exc}") from None
+            if not isinstance(params, dict):
+                raise ConfigError("--params", args.params, "must be a JSON object")
+            reply = asyncio.run(
+                send_event(
+                    mqtt=args.mqtt,
+                    agent_id=args.agent_id,
+                    event_type=args.type,
+                    params=params,
+                    deadline_ms=args.deadline_ms,
+                    wait_s=args.wait,
+                )
+            )
+            print(orjson.dumps(reply).decode())
     except ForethoughtError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -142,6 +142,8 @@ class Planner:
         self._config = config or PlannerConfig()
         self._cover_top = cover_top
         self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._covered = asyncio.Event()
         self._retry_at: dict[tuple[str, EventKey], tuple[float, int]] = {}
         self._cover_watch: tuple[float, str, list[EventKey]] | None = None
         self.stats = PlannerStats()
@@ -161,11 +163,24 @@ class Planner:
 
     def set_state(self, state: WorldState) -> None:
         """Plan for ``state`` now; its most likely events become the first work."""
-        if state.fingerprint != self._state.fingerprint:
-            top = [k for k, _ in self._forecaster.top(state.fingerprint, self._cover_top)]
-            self._cover_watch = (self._now(), state.fingerprint, top)
+        changed = state.fingerprint != self._state.fingerprint
         self._state = state
+        if changed:
+            self.track_cover()
         self.wake()
+
+    def track_cover(self) -> None:
+        """Start timing how long the current state's most likely events take to cover."""
+        fp = self._state.fingerprint
+        top = [k for k, _ in self._forecaster.top(fp, self._cover_top)]
+        self._cover_watch = (self._now(), fp, top)
+        self._covered.clear()
+        self._check_cover()
+
+    async def wait_covered(self) -> float:
+        """Wait until the tracked state's most likely events are covered; returns seconds."""
+        await self._covered.wait()
+        return self.stats.cover_times_s[-1]
 
     def observe(self, key: EventKey | None) -> None:
         """An event was decided: learn from it and re-plan."""
@@ -174,7 +189,12 @@ class Planner:
 
     def wake(self) -> None:
         """Ask the planner to look for work (state change, new event, eviction)."""
+        self._idle.clear()
         self._wake.set()
+
+    async def wait_idle(self) -> None:
+        """Return once the planner has nothing valuable left and sleeps."""
+        await self._idle.wait()
 
     # -- ranking ------------------------------------------------------------------------------
 
@@ -238,6 +258,7 @@ class Planner:
             if not batch:
                 self.sleeping = True
                 self.stats.idle_waits += 1
+                self._idle.set()
                 await self._wake.wait()
                 self.sleeping = False
                 continue
@@ -318,6 +339,7 @@ class Planner:
         if all(self._tree.lookup(fp, k) is not None for k in keys):
             self.stats.cover_times_s.append(self._now() - started)
             self._cover_watch = None
+            self._covered.set()
 
     def coverage(self) -> float:
         """Next-event probability mass the tree answers in the current state."""

@@ -7,6 +7,7 @@ from ._errors import (
     DeadlinePassed,
     ForethoughtError,
     InvalidAction,
+    InvalidEvent,
     InvalidState,
     ModelNotFound,
     PromptTooLong,
@@ -14,12 +15,14 @@ from ._errors import (
     SnapshotError,
 )
 from ._events import EventKey, EventSpace, EventType, Grid
+from ._spec import AgentSpec, load_document
 from ._state import WorldState
 from ._tree import PolicyNode, PolicyTree
 
 __all__ = [
     "ActionForm",
     "ActionSchema",
+    "AgentSpec",
     "BackendError",
     "ConfigError",
     "DeadlinePassed",
@@ -29,6 +32,7 @@ __all__ = [
     "ForethoughtError",
     "Grid",
     "InvalidAction",
+    "InvalidEvent",
     "InvalidState",
     "ModelNotFound",
     "PolicyNode",
@@ -37,4 +41,5 @@ __all__ = [
     "SchemaError",
     "SnapshotError",
     "WorldState",
+    "load_document",
 ]

@@ -6,7 +6,8 @@
      ├── ConfigError (ValueError)      bad input found at load or construction
      │    ├── SchemaError              an action schema that cannot be used or compiled
      │    ├── ModelNotFound            an unknown model name or path, or a missing model package
-     │    └── InvalidState             a state that is not a JSON object, or too large
+     │    ├── InvalidState             a state that is not a JSON object, or too large
+     │    └── InvalidEvent             an event payload that is malformed (``reason``)
      ├── PromptTooLong (ValueError)    a prompt that does not fit the model's context
      ├── DeadlinePassed                a call made when its deadline had already passed
      ├── InvalidAction                 model output that does not validate against the schema
@@ -27,6 +28,7 @@ __all__ = [
     "DeadlinePassed",
     "ForethoughtError",
     "InvalidAction",
+    "InvalidEvent",
     "InvalidState",
     "ModelNotFound",
     "PromptTooLong",
@@ -70,6 +72,10 @@ class ModelNotFound(ConfigError):
 
 class InvalidState(ConfigError):
     """Raised when a state (or a patch to it) is not a JSON object or exceeds the size bound."""
+
+
+class InvalidEvent(ConfigError):
+    """Raised when an event payload cannot be decided: not JSON, wrong fields, too large."""
 
 
 class PromptTooLong(ForethoughtError, ValueError):

@@ -1,3 +1,24 @@
-"""The deadline-aware executor, the agent's event loop side and event buses."""
+"""The deadline-aware executor, events and decisions, and event buses (in-process, MQTT)."""
 
-__all__: list[str] = []
+from ._bus import EventBus, InProcessBus
+from ._decision import Decision, Tier
+from ._event import Event, EventPayload, ReplyTo, parse_payload
+from ._executor import Executor, ExecutorConfig, ExecutorStats
+from ._mqtt import MqttBus, MqttStats, parse_mqtt_url
+
+__all__ = [
+    "Decision",
+    "Event",
+    "EventBus",
+    "EventPayload",
+    "Executor",
+    "ExecutorConfig",
+    "ExecutorStats",
+    "InProcessBus",
+    "MqttBus",
+    "MqttStats",
+    "ReplyTo",
+    "Tier",
+    "parse_mqtt_url",
+    "parse_payload",
+]

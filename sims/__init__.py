@@ -1,3 +1,5 @@
 """Scenario replay in virtual or real time, strategies side by side, reports."""
 
-__all__: list[str] = []
+from ._vloop import VirtualTimeLoop, run_virtual
+
+__all__ = ["VirtualTimeLoop", "run_virtual"]

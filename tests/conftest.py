@@ -8,6 +8,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,3 +91,61 @@ def tiny_backend(tiny_model_dir: Path) -> TransformersBackend:
 def robot_schema() -> ActionSchema:
     """A small robot action: an enum and an optional bounded number."""
     return ActionSchema.from_json_schema(ROBOT_ACTION)
+
+
+class Broker:
+    """A real Mosquitto on a free local port, which a test may stop and start again."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"mqtt://127.0.0.1:{port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        self._proc = subprocess.Popen(
+            [exe, "-p", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
+            ):
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"mosquitto did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _has_mosquitto() -> bool:
+    return shutil.which("mosquitto") is not None or Path("/usr/sbin/mosquitto").exists()
+
+
+@pytest.fixture
+def broker() -> Iterator[Broker]:
+    """A broker of this test's own (so a test may restart it)."""
+    if not _has_mosquitto():
+        pytest.fail("mosquitto is not installed: scripts/setup --broker installs it")
+    b = Broker(_free_port())
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def agent_id(request: pytest.FixtureRequest) -> str:
+    """A topic-safe id unique to the calling test."""
+    name = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")
+    return f"t-{name}"[:80]

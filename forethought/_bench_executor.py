@@ -1,0 +1,253 @@
+"""``forethought bench --suite executor``: the critical path while the planner is busy.
+
+Tree-hit decisions at 200 Hz, in process, with the planner generating the whole time (an
+event space far larger than idle time can cover); then the same over a local Mosquitto at
+50 Hz, publish to action received. Arrival time is the *scheduled* tick, so a stalled event
+loop shows up as latency. Every emitted action is validated against the schema again here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+import numpy as np
+import orjson
+
+from forethought.planner import PlannerConfig, TransformersBackend
+from forethought.policies import AgentSpec
+from forethought.runtime import Event, MqttBus, Tier
+
+from ._agent import Agent
+from ._config import AgentConfig
+
+__all__ = ["run_executor_bench"]
+
+SPEC = {
+    "name": "bench-executor",
+    "description": "You drive an autonomous mobile robot in a warehouse. Stop for people.",
+    "action": {
+        "type": "object",
+        "properties": {
+            "action": {
+                "enum": [
+                    "stop",
+                    "slow_down",
+                    "continue",
+                    "turn_left",
+                    "turn_right",
+                    "reverse",
+                    "dock",
+                    "wait",
+                ]
+            },
+            "speed": {"type": "number", "minimum": 0, "maximum": 1.5},
+        },
+        "required": ["action", "speed"],
+    },
+    "default_action": {"action": "stop", "speed": 0},
+    "state": {"zone": "aisle_4", "battery": 0.72},
+    # 400 keys: the planner cannot cover them in the run, so it generates throughout.
+    "events": [
+        {
+            "type": "obstacle",
+            "deadline_ms": 600,
+            "weight": 1,
+            "params": {
+                "side": ["left", "right", "front", "rear"],
+                "distance_m": {"min": 0.1, "max": 10.0, "step": 0.1},
+            },
+        },
+    ],
+}
+
+
+def _q(xs: list[float], p: float) -> float:
+    return float(np.quantile(np.asarray(xs), p)) * 1e3
+
+
+async def _in_process(agent: Agent, n: int, hz: float) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    assert agent.planner is not None
+    fp = agent.state.fingerprint
+    hits = [n_.key for n_ in agent.tree.branches(fp)]
+    rng = random.Random(5)
+    lat, misses, invalid = [], 0, 0
+    schema = agent.schema
+    busy0 = agent.planner.stats.busy_s
+    start = loop.time() + 0.05
+    for i in range(n):
+        tick = start + i / hz
+        delay = tick - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        key = rng.choice(hits)
+        ev = Event(f"ip{i}", key.type, dict(key.params), arrived_at=tick)
+        d = await agent.executor.decide(ev)
+        lat.append(d.decided_at - tick)
+        if d.tier is Tier.TREE and not d.met:
+            misses += 1
+        try:
+            schema.validate(d.action)
+        except Exception:
+            invalid += 1
+    wall = loop.time() - start
+    return {
+        "events": n,
+        "hz": hz,
+        "p50_ms": _q(lat, 0.5),
+        "p99_ms": _q(lat, 0.99),
+        "p999_ms": _q(lat, 0.999),
+        "max_ms": max(lat) * 1e3,
+        "tree_deadline_misses": misses,
+        "invalid_actions": invalid,
+        "planner_busy_fraction": (agent.planner.stats.busy_s - busy0) / wall,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Broker:
+    """A local Mosquitto for the round-trip figure (started before the event loop runs)."""
+
+    def __init__(self) -> None:
+        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        self.port = _free_port()
+        self._proc = subprocess.Popen(  # noqa: S603 - our own fixed command line
+            [exe, "-p", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for _ in range(250):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
+                return
+            time.sleep(0.02)
+        self.close()
+        raise RuntimeError("mosquitto did not start")
+
+    def close(self) -> None:
+        self._proc.kill()
+        self._proc.wait()
+
+
+async def _mqtt_run(
+    backend: TransformersBackend, spec: AgentSpec, keys: list[Any], n: int, hz: float, port: int
+) -> dict[str, Any]:
+    bus = MqttBus(url=f"mqtt://127.0.0.1:{port}", agent_id="bench")
+    cfg = AgentConfig(planner=PlannerConfig(batch_size=4))
+    agent = Agent(spec, backend=backend, bus=bus, config=cfg)
+    sent: dict[str, float] = {}
+    rtt: list[float] = []
+    done = asyncio.Event()
+    async with (
+        agent,
+        aiomqtt.Client("127.0.0.1", port, protocol=aiomqtt.ProtocolVersion.V5) as client,
+    ):
+        await bus.wait_connected(10)
+        for k in keys:  # the same precomputed branches as the in-process run
+            agent.tree.insert(k)
+        await client.subscribe("forethought/bench/actions", qos=1)
+
+        async def receive() -> None:
+            async for m in client.messages:
+                raw = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
+                body = orjson.loads(raw)
+                t = sent.pop(body["id"], None)
+                if t is not None:
+                    rtt.append(time.perf_counter() - t)
+                if len(rtt) >= n:
+                    done.set()
+                    return
+
+        rng = random.Random(9)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(receive(), name="bench.receive")
+            loop = asyncio.get_running_loop()
+            start = loop.time() + 0.05
+            for i in range(n):
+                delay = start + i / hz - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                node = rng.choice(keys)
+                body = {"id": f"m{i}", "type": node.key.type, "params": dict(node.key.params)}
+                sent[body["id"]] = time.perf_counter()
+                await client.publish("forethought/bench/events/obstacle", orjson.dumps(body), qos=0)
+            async with asyncio.timeout(30):
+                await done.wait()
+    return {
+        "events": n,
+        "hz": hz,
+        "received": len(rtt),
+        "p50_ms": _q(rtt, 0.5),
+        "p99_ms": _q(rtt, 0.99),
+        "max_ms": max(rtt) * 1e3,
+    }
+
+
+async def _run(
+    backend: TransformersBackend, quick: bool, say: Callable[[str], None], broker: _Broker | None
+) -> dict[str, Any]:
+    spec = AgentSpec.from_data(SPEC)
+    cfg = AgentConfig(planner=PlannerConfig(batch_size=4, max_depth=1, min_value=0.0))
+    out: dict[str, Any] = {}
+    async with Agent(spec, backend=backend, config=cfg) as agent:
+        assert agent.planner is not None
+        agent.planner.track_cover()
+        await agent.planner.wait_covered()  # the 8 most likely branches; it keeps going
+        n = 2_000 if quick else 10_000
+        out["in_process"] = r = await _in_process(agent, n, 200.0)
+        say(
+            f"executor: {r['events']} tree hits at 200 Hz with the planner busy "
+            f"{r['planner_busy_fraction']:.0%}: p50 {r['p50_ms']:.3f} ms, p99 "
+            f"{r['p99_ms']:.3f} ms, p99.9 {r['p999_ms']:.3f} ms, max {r['max_ms']:.2f} ms; "
+            f"{r['tree_deadline_misses']} misses, {r['invalid_actions']} invalid"
+        )
+        keys = list(agent.tree.branches(agent.state.fingerprint))
+    if broker is not None:
+        m = await _mqtt_run(backend, spec, keys, 500 if quick else 3_000, 50.0, broker.port)
+        out["mqtt"] = m
+        say(
+            f"mqtt: {m['received']}/{m['events']} at 50 Hz, publish -> action p50 "
+            f"{m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms, max {m['max_ms']:.2f} ms"
+        )
+    else:
+        say("mqtt: skipped (mosquitto is not installed)")
+    return out
+
+
+def run_executor_bench(
+    backend: TransformersBackend, *, quick: bool, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """Run the executor suite on a loaded backend."""
+    has_broker = shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists()
+    broker = _Broker() if has_broker else None
+    try:
+        return asyncio.run(_run(backend, quick, say, broker))
+    finally:
+        if broker is not None:
+            broker.close()
+
+
+def executor_targets(r: dict[str, Any]) -> dict[str, tuple[float, str, float]]:
+    """(value, op, bound) per issue-4 target."""
+    ip = r["in_process"]
+    out = {
+        "tree hits p99 (ms), planner busy": (ip["p99_ms"], "<=", 1.0),
+        "tree hits p99.9 (ms), planner busy": (ip["p999_ms"], "<=", 5.0),
+        "tree-hit deadline misses": (float(ip["tree_deadline_misses"]), "<=", 0.0),
+        "invalid actions emitted": (float(ip["invalid_actions"]), "<=", 0.0),
+    }
+    if "mqtt" in r:
+        out["mqtt publish->action p99 (ms)"] = (r["mqtt"]["p99_ms"], "<=", 10.0)
+    return out

@@ -1,0 +1,85 @@
+"""Agent configuration: one pydantic model, read from a TOML file and the environment.
+
+Precedence, highest first: keyword arguments, ``FORETHOUGHT_*`` environment variables
+(nested with ``__``, e.g. ``FORETHOUGHT_PLANNER__BATCH_SIZE=4``), the TOML file, defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from forethought.planner import DEFAULT_MODEL, PlannerConfig
+from forethought.policies import ConfigError
+from forethought.runtime import ExecutorConfig
+
+__all__ = ["AgentConfig", "MqttConfig"]
+
+
+class MqttConfig(BaseModel):
+    """MQTT bus settings (used by ``forethought run``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str | None = None
+    agent_id: str = "agent"
+    events_filter: str | None = None
+    max_payload_bytes: int = Field(default=65_536, ge=64)
+    queue_size: int = Field(default=256, ge=1)
+
+
+class AgentConfig(BaseSettings):
+    """Everything about how an agent runs (what it decides about is the spec)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="FORETHOUGHT_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+    _toml_file: ClassVar[Path | None] = None
+
+    model: str = DEFAULT_MODEL
+    device: str = "auto"
+    dtype: str = "auto"
+    grammar: str = "llguidance"
+    tree_max_nodes: int = Field(default=10_000, ge=1)
+    snapshot: Path | None = None
+    """Where the policy tree is saved at shutdown and reloaded at start (None: not kept)."""
+    max_state_bytes: int = Field(default=16_384, ge=2)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    planner: PlannerConfig = Field(default_factory=PlannerConfig)
+    mqtt: MqttConfig = Field(default_factory=MqttConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments, then the environment, then the TOML file."""
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
+        return tuple(sources)
+
+    @classmethod
+    def load(cls, toml: str | Path | None = None, **overrides: Any) -> AgentConfig:
+        """Read the TOML file (if any) and the environment; errors name the field."""
+        if toml is not None and not Path(toml).is_file():
+            raise ConfigError("config", str(toml), "no such TOML file")
+        bound = type("AgentConfigFromFile", (cls,), {"_toml_file": Path(toml) if toml else None})
+        try:
+            return bound(**overrides)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "config"
+            raise ConfigError(where, err.get("input"), err["msg"]) from None

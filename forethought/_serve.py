@@ -1,0 +1,114 @@
+"""``forethought run`` and ``forethought send``: an agent on a broker, and a test client."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+import orjson
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from forethought.policies import ConfigError
+from forethought.runtime import MqttBus, parse_mqtt_url
+
+from ._agent import Agent
+from ._config import AgentConfig
+
+__all__ = ["run_agent", "send_event"]
+
+
+async def run_agent(
+    spec: Path, *, mqtt: str | None, agent_id: str | None, config: Path | None
+) -> int:
+    """Run an agent on a broker until SIGINT or SIGTERM; shut down cleanly."""
+    cfg = AgentConfig.load(config)
+    url = mqtt or cfg.mqtt.url
+    if url is None:
+        raise ConfigError("mqtt", None, "give --mqtt mqtt://host:port (or mqtt.url in config)")
+    ident = agent_id or cfg.mqtt.agent_id
+    bus = MqttBus(
+        url=url,
+        agent_id=ident,
+        events_filter=cfg.mqtt.events_filter,
+        max_payload_bytes=cfg.mqtt.max_payload_bytes,
+        queue_size=cfg.mqtt.queue_size,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    agent = Agent(spec, bus=bus, config=cfg)
+    async with agent:
+        print(
+            f"forethought: agent {ident!r} ready on {url}; events on {bus.events_filter}, "
+            f"actions on {bus.actions_topic}",
+            file=sys.stderr,
+            flush=True,
+        )
+        await stop.wait()
+        print("forethought: shutting down", file=sys.stderr, flush=True)
+    stats = agent.stats()
+    print(
+        orjson.dumps(
+            {
+                "decisions": stats["executor"]["decisions"],
+                "tiers": stats["executor"]["tiers"],
+                "tree_nodes": stats["tree"]["nodes"],
+            }
+        ).decode(),
+        flush=True,
+    )
+    return 0
+
+
+async def send_event(
+    *,
+    mqtt: str,
+    agent_id: str,
+    event_type: str,
+    params: dict[str, Any],
+    deadline_ms: float | None,
+    wait_s: float,
+) -> dict[str, Any]:
+    """Publish one event with a response topic and return the decision payload."""
+    host, port = parse_mqtt_url(mqtt)
+    event_id = f"send-{uuid.uuid4().hex[:12]}"
+    reply_topic = f"forethought/{agent_id}/replies/{event_id}"
+    body: dict[str, Any] = {"id": event_id, "type": event_type, "params": params}
+    if deadline_ms is not None:
+        body["deadline_ms"] = deadline_ms
+    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    props.ResponseTopic = reply_topic
+    props.CorrelationData = event_id.encode()
+    async with aiomqtt.Client(
+        host, port, protocol=aiomqtt.ProtocolVersion.V5, identifier=f"forethought-send-{event_id}"
+    ) as client:
+        await client.subscribe(reply_topic, qos=1)
+        t0 = time.perf_counter()
+        await client.publish(
+            f"forethought/{agent_id}/events/{event_type}",
+            orjson.dumps(body),
+            qos=1,
+            properties=props,
+        )
+        try:
+            async with asyncio.timeout(wait_s):
+                async for message in client.messages:
+                    raw = message.payload
+                    reply: dict[str, Any] = orjson.loads(
+                        raw if isinstance(raw, bytes | str) else str(raw)
+                    )
+                    reply["round_trip_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+                    return reply
+        except TimeoutError:
+            raise ConfigError(
+                "agent_id", agent_id, f"no decision within {wait_s} s (is the agent running?)"
+            ) from None
+    raise ConfigError("mqtt", mqtt, "connection closed before a decision came")

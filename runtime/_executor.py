@@ -1,0 +1,360 @@
+"""The executor: one decision per event, before its deadline, always valid.
+
+Budget = deadline - now - margin. Tiers in order, each taken only when the latency model's
+p95 says it fits what is left:
+
+1. **tree** -- the exact key for the current state, else the nearest grid neighbour within the
+   declared tolerance (flagged approximate); a dict lookup;
+2. **score** -- when the action space is enumerable (enum fields or declared candidates, up to
+   ``max_candidates``): one batched forward pass scores them, the best wins;
+3. **live** -- constrained compact generation from the cached state prefix, cut at the budget;
+4. **default** -- the declared safe action.
+
+Score and live take the model from the planner at once (:class:`ModelGate`). Every action is
+validated before it leaves; an invalid one becomes the default. A model call that raises or
+hangs is abandoned at the budget and the next tier answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from forethought.planner import ModelBackend, ModelGate, Prompt, state_context
+from forethought.policies import (
+    ActionSchema,
+    EventKey,
+    EventSpace,
+    ForethoughtError,
+    PolicyTree,
+    WorldState,
+)
+
+from ._decision import Decision, Tier
+from ._event import Event
+
+__all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
+
+log = logging.getLogger("forethought.executor")
+
+
+class ExecutorConfig(BaseModel):
+    """Executor settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    margin_ms: float = Field(default=5.0, ge=0)
+    """Kept aside from every deadline for publishing and actuation."""
+    max_candidates: int = Field(default=16, ge=1)
+    """The score tier runs only when the action space has at most this many actions."""
+    default_deadline_ms: float = Field(default=1000.0, gt=0)
+    """Deadline of an out-of-space event of an undeclared type that carries none."""
+    event_tokens: int = Field(default=32, ge=1)
+    """Estimated tokens of one event's prompt part (for the tier-fit predictions)."""
+    live_max_new_tokens: int = Field(default=48, ge=4)
+    remember: int = Field(default=10_000, ge=1)
+    """How many decided event ids are kept for exactly-once answers."""
+    use_score: bool = True
+    use_live: bool = True
+
+
+@dataclass(slots=True)
+class ExecutorStats:
+    """Counters and recent latencies."""
+
+    decisions: int = 0
+    tiers: dict[str, int] = field(default_factory=lambda: {t.value: 0 for t in Tier})
+    met: int = 0
+    missed: int = 0
+    approximate: int = 0
+    out_of_space: int = 0
+    duplicates: int = 0
+    invalid: int = 0
+    model_errors: int = 0
+    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (latencies summarised)."""
+        lat = sorted(self.latencies_s)
+
+        def q(p: float) -> float | None:
+            return lat[min(int(p * len(lat)), len(lat) - 1)] * 1e3 if lat else None
+
+        return {
+            "decisions": self.decisions,
+            "tiers": dict(self.tiers),
+            "met": self.met,
+            "missed": self.missed,
+            "approximate": self.approximate,
+            "out_of_space": self.out_of_space,
+            "duplicates": self.duplicates,
+            "invalid": self.invalid,
+            "model_errors": self.model_errors,
+            "latency_ms": {
+                "p50": q(0.5),
+                "p99": q(0.99),
+                "p999": q(0.999),
+                "max": lat[-1] * 1e3 if lat else None,
+            },
+        }
+
+
+class Executor:
+    """Decides events from the tree, falling back through score, live and default.
+
+    Args:
+        space: the event space.
+        schema: the action schema.
+        tree: the policy tree the planner fills.
+        default_action: the safe action (validated here).
+        description: the task context (for the model tiers' prompts).
+        state: returns the current state.
+        backend: the model for the score and live tiers (None: tree and default only).
+        gate: shared with the planner.
+        candidates: actions the score tier chooses from when the schema is not enumerable.
+        config: settings.
+
+    """
+
+    def __init__(
+        self,
+        *,
+        space: EventSpace,
+        schema: ActionSchema,
+        tree: PolicyTree,
+        default_action: dict[str, Any] | BaseModel,
+        description: str,
+        state: Callable[[], WorldState],
+        backend: ModelBackend | None = None,
+        gate: ModelGate | None = None,
+        candidates: Sequence[dict[str, Any]] | None = None,
+        config: ExecutorConfig | None = None,
+    ) -> None:
+        self._space = space
+        self._schema = schema
+        self._tree = tree
+        self._default = schema.validate(default_action)
+        self._default_json = schema.readable(self._default)
+        self._description = description
+        self._state = state
+        self._backend = backend
+        self._gate = gate or ModelGate()
+        self._config = config or ExecutorConfig()
+        cfg = self._config
+        if candidates:
+            cands: list[BaseModel] | None = [schema.validate(c) for c in candidates]
+        else:
+            cands = schema.enumerate(cfg.max_candidates)
+        self._candidates = cands if cands and len(cands) <= cfg.max_candidates else None
+        self._cand_tokens = (
+            sum(len(schema.compact(c)) for c in self._candidates) // 3 if self._candidates else 0
+        )
+        self._done: OrderedDict[str, Decision] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future[Decision]] = {}
+        self.stats = ExecutorStats()
+
+    @property
+    def gate(self) -> ModelGate:
+        """The model gate shared with the planner."""
+        return self._gate
+
+    @property
+    def candidates(self) -> list[BaseModel] | None:
+        """What the score tier chooses from (None: the score tier is off)."""
+        return self._candidates
+
+    def deadline_of(self, event: Event) -> float:
+        """The event's absolute deadline on the loop's clock."""
+        if event.deadline is not None:
+            return event.deadline
+        spec = self._space.types.get(event.type)
+        ms = spec.deadline_ms if spec is not None else self._config.default_deadline_ms
+        return event.arrived_at + ms / 1e3
+
+    async def decide(self, event: Event) -> Decision:
+        """The decision for ``event``; a repeated id gets the first decision again."""
+        done = self._done.get(event.id)
+        if done is not None:
+            self.stats.duplicates += 1
+            return done
+        pending = self._inflight.get(event.id)
+        if pending is not None:
+            self.stats.duplicates += 1
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+        self._inflight[event.id] = future
+        try:
+            decision = await self._decide(event)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning for lone waiters
+            raise
+        finally:
+            self._inflight.pop(event.id, None)
+        future.set_result(decision)
+        self._remember(decision)
+        return decision
+
+    def _remember(self, d: Decision) -> None:
+        self._done[d.event_id] = d
+        while len(self._done) > self._config.remember:
+            self._done.popitem(last=False)
+        s = self.stats
+        s.decisions += 1
+        s.tiers[d.tier.value] += 1
+        s.met += d.met
+        s.missed += not d.met
+        s.approximate += d.approximate
+        s.out_of_space += d.out_of_space
+        s.latencies_s.append(d.latency_s)
+
+    async def _decide(self, event: Event) -> Decision:
+        loop = asyncio.get_running_loop()
+        deadline = self.deadline_of(event)
+        end = deadline - self._config.margin_ms / 1e3
+        state = self._state()
+        key = self._space.key(event.type, event.params)
+        skipped: list[tuple[str, str]] = []
+
+        def finish(tier: Tier, action: BaseModel, approximate: bool = False) -> Decision:
+            now = loop.time()
+            return Decision(
+                event_id=event.id,
+                tier=tier,
+                action=self._schema.readable(action),
+                latency_s=now - event.arrived_at,
+                budget_s=end - event.arrived_at,
+                met=now <= end,
+                approximate=approximate,
+                out_of_space=key is None,
+                key=key,
+                skipped=tuple(skipped),
+                decided_at=now,
+            )
+
+        # 1. tree
+        if key is None:
+            skipped.append(("tree", "out of space"))
+        else:
+            found = self._from_tree(state.fingerprint, key)
+            if found is None:
+                skipped.append(("tree", "no branch for this state"))
+            else:
+                action, approximate = found
+                if action is not None:
+                    return finish(Tier.TREE, action, approximate)
+                skipped.append(("tree", "stored action failed validation"))
+        # 2. score, 3. live
+        if self._backend is not None:
+            prompt = Prompt(
+                state_context(self._description, state.to_json()), self._describe(event, key)
+            )
+            action = await self._score(prompt, end, skipped)
+            if action is not None:
+                return finish(Tier.SCORE, action)
+            action = await self._live(prompt, end, skipped)
+            if action is not None:
+                return finish(Tier.LIVE, action)
+        else:
+            skipped.append(("model", "no backend"))
+        return finish(Tier.DEFAULT, self._default)
+
+    @staticmethod
+    def _describe(event: Event, key: EventKey | None) -> str:
+        if key is not None:
+            return key.describe()
+        params = " ".join(f"{k}={v}" for k, v in sorted(event.params.items()))
+        return f"{event.type}: {params}" if params else event.type
+
+    def _from_tree(self, fp: str, key: EventKey) -> tuple[BaseModel | None, bool] | None:
+        node = self._tree.lookup(fp, key)
+        approximate = False
+        if node is None:
+            for near, _ in self._space.neighbours(key):
+                node = self._tree.lookup(fp, near)
+                if node is not None:
+                    approximate = True
+                    break
+        if node is None:
+            return None
+        try:
+            return self._schema.validate(node.action), approximate
+        except ForethoughtError:
+            self.stats.invalid += 1
+            return None, approximate
+
+    def _fits(self, seconds: float, end: float) -> bool:
+        return asyncio.get_running_loop().time() + seconds <= end
+
+    async def _score(self, prompt: Prompt, end: float, skipped: list[tuple[str, str]]) -> Any:
+        assert self._backend is not None
+        if not self._config.use_score or self._candidates is None:
+            skipped.append(("score", "action space not enumerable"))
+            return None
+        lat = self._backend.latency
+        predicted = lat.prefill(self._config.event_tokens + self._cand_tokens).p95
+        if not self._fits(predicted, end):
+            skipped.append(("score", f"p95 {predicted * 1e3:.1f} ms does not fit"))
+            return None
+        try:
+            async with asyncio.timeout_at(end), self._gate.urgent():
+                scores = await self._backend.score(
+                    prompt, self._candidates, self._schema, deadline=end
+                )
+        except TimeoutError:
+            skipped.append(("score", "timed out at the budget"))
+            return None
+        except Exception as exc:
+            self.stats.model_errors += 1
+            log.warning("score tier failed: %r", exc)
+            skipped.append(("score", f"error: {exc!r}"[:200]))
+            return None
+        if scores.best is None:
+            skipped.append(("score", scores.status.value))
+            return None
+        return self._validated(self._candidates[scores.best], skipped, "score")
+
+    async def _live(self, prompt: Prompt, end: float, skipped: list[tuple[str, str]]) -> Any:
+        assert self._backend is not None
+        if not self._config.use_live:
+            skipped.append(("live", "disabled"))
+            return None
+        lat = self._backend.latency
+        predicted = lat.call(self._config.event_tokens, lat.typical_steps()).p95
+        if not self._fits(predicted, end):
+            skipped.append(("live", f"p95 {predicted * 1e3:.1f} ms does not fit"))
+            return None
+        try:
+            async with asyncio.timeout_at(end), self._gate.urgent():
+                gen = await self._backend.generate(
+                    prompt,
+                    self._schema,
+                    deadline=end,
+                    max_new_tokens=self._config.live_max_new_tokens,
+                )
+        except TimeoutError:
+            skipped.append(("live", "timed out at the budget"))
+            return None
+        except Exception as exc:
+            self.stats.model_errors += 1
+            log.warning("live tier failed: %r", exc)
+            skipped.append(("live", f"error: {exc!r}"[:200]))
+            return None
+        if gen.action is None:
+            skipped.append(("live", gen.status.value))
+            return None
+        return self._validated(gen.action, skipped, "live")
+
+    def _validated(self, action: BaseModel, skipped: list[tuple[str, str]], tier: str) -> Any:
+        try:
+            return self._schema.validate(self._schema.readable(action))
+        except ForethoughtError:
+            self.stats.invalid += 1
+            skipped.append((tier, "invalid action"))
+            return None

@@ -1,0 +1,163 @@
+"""The Agent's lifecycle on the tiny model: ready, decide, state, snapshots, no leaked tasks."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from forethought import Agent, AgentConfig, AgentSpec, InProcessBus, Tier
+from forethought.planner import PlannerConfig, TransformersBackend
+from forethought.policies import ConfigError, InvalidEvent, InvalidState
+
+SPEC = {
+    "name": "agent-test",
+    "description": "You steer a warehouse robot. Answer with the safest action.",
+    "action": {
+        "type": "object",
+        "properties": {"a": {"enum": ["stop", "slow", "go"]}},
+        "required": ["a"],
+    },
+    "default_action": {"a": "stop"},
+    "state": {"zone": "aisle", "battery": 0.9},
+    "events": [
+        {
+            "type": "obstacle",
+            "params": {"side": ["left", "right"]},
+            "deadline_ms": 800,
+            "weight": 3,
+            "effects": {"zone": "blocked"},
+        },
+        {
+            "type": "battery_low",
+            "params": {"level": [0.1, 0.2]},
+            "deadline_ms": 3000,
+            "effects": {"battery": "$level"},
+        },
+        {"type": "clear", "deadline_ms": 1000, "effects": {"zone": "aisle"}},
+    ],
+}
+
+
+@pytest.fixture
+def spec() -> AgentSpec:
+    return AgentSpec.from_data(SPEC)
+
+
+def forethought_tasks() -> list[str]:
+    return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("forethought")]
+
+
+@pytest.mark.model
+async def test_lifecycle_decide_state_and_snapshot(
+    tiny_backend: TransformersBackend, spec: AgentSpec, tmp_path: Path
+) -> None:
+    snap = tmp_path / "tree.json"
+    config = AgentConfig(snapshot=snap, planner=PlannerConfig(max_depth=1))
+    agent = Agent(spec, backend=tiny_backend, config=config)
+    assert not agent.ready.is_set()
+    async with agent:
+        assert agent.ready.is_set()
+        assert sorted(forethought_tasks()) == [
+            "forethought[agent-test]",
+            "forethought[agent-test].planner",
+        ]
+        assert agent.planner is not None
+        await asyncio.wait_for(agent.planner.wait_idle(), 60)
+        loop = asyncio.get_running_loop()
+        d = await agent.decide({"id": "1", "type": "obstacle", "params": {"side": "left"}})
+        assert d.tier is Tier.TREE, (d.skipped, agent.planner.stats)
+        assert agent.spec.action_schema().validate(d.action)
+        assert d.met
+        assert agent.state.get("zone") == "blocked"  # effects applied
+        with pytest.raises(InvalidState):
+            agent.update_state("not an object")  # type: ignore[arg-type]
+        assert agent.state.get("zone") == "blocked"  # the last good state is kept
+        agent.update_state({"battery": 0.5})
+        assert agent.state.get("battery") == 0.5
+        with pytest.raises(InvalidEvent, match="id"):
+            await agent.decide({"type": "obstacle"})
+        oos = await agent.decide({"id": "2", "type": "teleport", "params": {}, "deadline_ms": 50})
+        assert oos.out_of_space
+        assert oos.tier is not Tier.TREE
+        assert loop.time() >= 0
+        stats = agent.stats()
+        assert stats["executor"]["decisions"] == 2
+        assert stats["tree"]["nodes"] > 0
+    assert not agent.ready.is_set()
+    assert forethought_tasks() == []
+    assert snap.exists()
+    # A second agent starts warm from the snapshot.
+    again = Agent(spec, backend=tiny_backend, config=config)
+    async with again:
+        assert len(again.tree) > 0
+        assert again.snapshot_problem is None
+
+
+@pytest.mark.model
+async def test_snapshot_of_another_model_is_skipped(
+    tiny_backend: TransformersBackend, spec: AgentSpec, tmp_path: Path
+) -> None:
+    from forethought.policies import PolicyTree
+
+    snap = tmp_path / "tree.json"
+    PolicyTree().save(snap, schema=spec.action_schema().fingerprint, model_id="other-model")
+    agent = Agent(spec, backend=tiny_backend, config=AgentConfig(snapshot=snap))
+    async with agent:
+        assert agent.snapshot_problem is not None
+        assert "other-model" in agent.snapshot_problem
+
+
+@pytest.mark.model
+async def test_in_process_bus(tiny_backend: TransformersBackend, spec: AgentSpec) -> None:
+    bus = InProcessBus()
+    async with Agent(spec, backend=tiny_backend, bus=bus, config=AgentConfig()) as agent:
+        d = await bus.send({"id": "b1", "type": "clear", "params": {}})
+        assert d.event_id == "b1"
+        again = await bus.send({"id": "b1", "type": "clear", "params": {}})
+        assert again == d
+        with pytest.raises(InvalidEvent, match="not JSON"):
+            await bus.send(b"{oops")
+        assert agent.executor.stats.decisions == 1
+
+
+def test_spec_errors_name_the_field(tmp_path: Path) -> None:
+    bad = {**SPEC, "default_action": {"a": "fly"}}
+    with pytest.raises(ConfigError, match="default_action"):
+        AgentSpec.from_data(bad)
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "name: x\ndescription: y\naction: {type: object, properties: {a: {enum: [s]}}}"
+        "\ndefault_action: {a: s}\nevents:\n  - type: e\n    deadline_ms: -1\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        AgentSpec.from_file(path)
+    assert str(path) in str(info.value)
+    assert "events[0].deadline_ms" in str(info.value)
+    path.write_text("name: [unclosed")
+    with pytest.raises(ConfigError, match="not valid"):
+        AgentSpec.from_file(path)
+
+
+def test_config_from_toml_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = tmp_path / "agent.toml"
+    toml.write_text(
+        'model = "smollm2-135m"\ndtype = "float32"\n[planner]\nbatch_size = 3\n'
+        '[executor]\nmargin_ms = 12\n[mqtt]\nagent_id = "robot-7"\n'
+    )
+    cfg = AgentConfig.load(toml)
+    assert cfg.dtype == "float32"
+    assert cfg.planner.batch_size == 3
+    assert cfg.executor.margin_ms == 12
+    assert cfg.mqtt.agent_id == "robot-7"
+    monkeypatch.setenv("FORETHOUGHT_DTYPE", "bfloat16")
+    monkeypatch.setenv("FORETHOUGHT_PLANNER__BATCH_SIZE", "5")
+    cfg = AgentConfig.load(toml)
+    assert cfg.dtype == "bfloat16"  # the environment wins over the file
+    assert cfg.planner.batch_size == 5
+    monkeypatch.setenv("FORETHOUGHT_PLANNER__BATCH_SIZE", "0")
+    with pytest.raises(ConfigError, match=r"planner\.batch_size"):
+        AgentConfig.load(toml)
+    with pytest.raises(ConfigError, match="no such TOML"):
+        AgentConfig.load(tmp_path / "missing.toml")

@@ -1,0 +1,238 @@
+"""The agent on a real Mosquitto: round trips, v5 replies, errors, expiry, broker restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiomqtt
+import orjson
+import pytest
+from conftest import Broker
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from scripted import ScriptedBackend
+
+from forethought import Agent, AgentConfig, AgentSpec
+from forethought.runtime import MqttBus
+
+pytestmark = pytest.mark.broker
+
+SPEC = AgentSpec.from_data(
+    {
+        "name": "bus-test",
+        "description": "A test robot.",
+        "action": {
+            "type": "object",
+            "properties": {"a": {"enum": ["stop", "go"]}},
+            "required": ["a"],
+        },
+        "default_action": {"a": "stop"},
+        "state": {"zone": "aisle"},
+        "events": [
+            {"type": "ping", "params": {"n": {"min": 0, "max": 9, "step": 1}}, "deadline_ms": 2000}
+        ],
+    }
+)
+
+
+class Listener:
+    """Collects what the agent publishes on its topics."""
+
+    def __init__(self, client: aiomqtt.Client) -> None:
+        self.client = client
+        self.got: dict[str, list[Any]] = {}
+        self._new = asyncio.Event()
+
+    async def pump(self) -> None:
+        async for m in self.client.messages:
+            if "/events/" in m.topic.value:
+                continue  # our own test events
+            raw = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
+            kind = m.topic.value.rsplit("/", 1)[-1]
+            item = {"body": orjson.loads(raw), "props": m.properties, "retain": m.retain}
+            self.got.setdefault(kind, []).append(item)
+            self._new.set()
+
+    async def wait(self, kind: str, count: int = 1, within: float = 10.0) -> list[Any]:
+        async with asyncio.timeout(within):
+            while len(self.got.get(kind, [])) < count:
+                self._new.clear()
+                await self._new.wait()
+        return self.got[kind]
+
+
+@asynccontextmanager
+async def running(
+    broker: Broker, agent_id: str, **bus_kw: Any
+) -> AsyncIterator[tuple[Agent, MqttBus, Listener, aiomqtt.Client]]:
+    host, port = "127.0.0.1", broker.port
+    bus = MqttBus(
+        url=broker.url,
+        agent_id=agent_id,
+        reconnect_min_s=0.05,
+        reconnect_max_s=0.2,
+        keepalive=2,
+        **bus_kw,
+    )
+    backend = ScriptedBackend(
+        score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, live_action={"a": "go"}
+    )
+    agent = Agent(SPEC, backend=backend, bus=bus, config=AgentConfig())
+    async with aiomqtt.Client(
+        host, port, protocol=aiomqtt.ProtocolVersion.V5, identifier=f"{agent_id}-test"
+    ) as client:
+        await client.subscribe(f"forethought/{agent_id}/#", qos=1)
+        listener = Listener(client)
+        async with asyncio.TaskGroup() as tg:
+            pump = tg.create_task(listener.pump(), name="test.pump")
+            async with agent:
+                await bus.wait_connected(10)
+                yield agent, bus, listener, client
+            pump.cancel()
+
+
+def event(i: int, **extra: Any) -> bytes:
+    return orjson.dumps({"id": f"e{i}", "type": "ping", "params": {"n": i % 10}, **extra})
+
+
+async def test_round_trip_and_status(broker: Broker, agent_id: str) -> None:
+    async with running(broker, agent_id) as (_agent, _bus, listener, client):
+        status = await listener.wait("status")
+        assert status[-1]["body"] == {"online": True}
+        assert status[-1]["retain"] or len(status) >= 1
+        await client.publish(f"forethought/{agent_id}/events/ping", event(1), qos=1)
+        (action,) = await listener.wait("actions")
+        body = action["body"]
+        assert body["id"] == "e1"
+        assert body["action"] in ({"a": "stop"}, {"a": "go"})
+        assert body["tier"] in ("tree", "score", "live", "default")
+        assert body["met"] is True
+        assert body["latency_ms"] >= 0
+    statuses = await listener.wait("status", 2)
+    assert statuses[-1]["body"] == {"online": False}
+
+
+async def test_v5_response_topic_and_correlation(broker: Broker, agent_id: str) -> None:
+    async with running(broker, agent_id) as (_agent, _bus, listener, client):
+        props = Properties(PacketTypes.PUBLISH)
+        props.ResponseTopic = f"forethought/{agent_id}/reply-here"
+        props.CorrelationData = b"corr-42"
+        await client.publish(
+            f"forethought/{agent_id}/events/ping", event(2), qos=1, properties=props
+        )
+        (reply,) = await listener.wait("reply-here")
+        assert reply["body"]["id"] == "e2"
+        assert reply["props"].CorrelationData == b"corr-42"
+
+
+async def test_bad_payloads_are_reported_and_the_next_event_is_decided(
+    broker: Broker, agent_id: str
+) -> None:
+    bad = [
+        (b"{not json", "not JSON"),
+        (b'{"id": 5, "type": "ping"}', "id"),
+        (b'{"type": "ping", "params": {}}', "id"),
+        (b"\xff\xfe\x00garbage", "not UTF-8"),
+        (orjson.dumps({"id": "big", "type": "ping", "params": {"x": "y" * 5000}}), "larger"),
+        (b'{"id": "x", "type": "ping", "deadline_ms": 5, "deadline_ns": 5}', "not both"),
+        (b"[1, 2]", "JSON object"),
+    ]
+    async with running(broker, agent_id, max_payload_bytes=2048) as (_a, bus, listener, client):
+        for raw, _ in bad:
+            await client.publish(f"forethought/{agent_id}/events/ping", raw, qos=1)
+        await client.publish(f"forethought/{agent_id}/events/ping", event(3), qos=1)
+        errors = await listener.wait("errors", len(bad))
+        for (_, needle), err in zip(bad, errors, strict=True):
+            assert needle in err["body"]["error"], err
+        (action,) = await listener.wait("actions")
+        assert action["body"]["id"] == "e3"
+        assert bus.stats.malformed == len(bad)
+
+
+async def test_duplicates_expired_and_out_of_space(broker: Broker, agent_id: str) -> None:
+    async with running(broker, agent_id) as (agent, bus, listener, client):
+        topic = f"forethought/{agent_id}/events/ping"
+        await client.publish(topic, event(4), qos=1)
+        await listener.wait("actions", 1)
+        await client.publish(topic, event(4), qos=1)  # the same id again
+        actions = await listener.wait("actions", 2)
+        assert actions[0]["body"] == actions[1]["body"]
+        past = time.time_ns() - 1_000_000_000
+        await client.publish(topic, event(5, deadline_ns=past), qos=1)
+        errors = await listener.wait("errors", 1)
+        assert errors[0]["body"]["id"] == "e5"
+        assert "expired" in errors[0]["body"]["error"]
+        await client.publish(
+            topic, orjson.dumps({"id": "o1", "type": "alien", "params": {}}), qos=1
+        )
+        await client.publish(
+            topic, orjson.dumps({"id": "o2", "type": "ping", "params": {"n": 99}}), qos=1
+        )
+        actions = await listener.wait("actions", 4)
+        oos = {a["body"]["id"]: a["body"] for a in actions[2:]}
+        assert oos["o1"]["out_of_space"]
+        assert oos["o2"]["out_of_space"]
+        assert oos["o1"]["tier"] != "tree"
+        assert bus.stats.expired == 1
+        assert agent.executor.stats.duplicates == 1
+        assert agent.executor.stats.out_of_space == 2
+
+
+async def test_reconnects_after_a_broker_restart(broker: Broker, agent_id: str) -> None:
+    bus = MqttBus(
+        url=broker.url, agent_id=agent_id, reconnect_min_s=0.05, reconnect_max_s=0.2, keepalive=2
+    )
+    backend = ScriptedBackend(
+        score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, live_action={"a": "go"}
+    )
+    async with Agent(SPEC, backend=backend, bus=bus, config=AgentConfig()) as agent:
+        await bus.wait_connected(10)
+        broker.stop()
+        await asyncio.sleep(0.3)
+        assert not bus.connected
+        broker.start()
+        await bus.wait_connected(15)
+        assert bus.stats.outages == 1
+        assert bus.stats.connects == 2
+        async with aiomqtt.Client(
+            "127.0.0.1", broker.port, protocol=aiomqtt.ProtocolVersion.V5
+        ) as client:
+            await client.subscribe(f"forethought/{agent_id}/actions", qos=1)
+            listener = Listener(client)
+            async with asyncio.TaskGroup() as tg:
+                pump = tg.create_task(listener.pump(), name="test.pump")
+                for i in range(3):
+                    await client.publish(
+                        f"forethought/{agent_id}/events/ping", event(10 + i), qos=1
+                    )
+                got = await listener.wait("actions", 3)
+                pump.cancel()
+        assert sorted(a["body"]["id"] for a in got) == ["e10", "e11", "e12"]
+        assert agent.executor.stats.decisions == 3
+
+
+async def test_bounded_queue_drops_the_oldest(broker: Broker, agent_id: str) -> None:
+    bus = MqttBus(url=broker.url, agent_id=agent_id, queue_size=2)
+    async with (
+        bus,
+        aiomqtt.Client("127.0.0.1", broker.port, protocol=aiomqtt.ProtocolVersion.V5) as client,
+    ):
+        await bus.wait_connected(10)
+        await client.subscribe(f"forethought/{agent_id}/errors", qos=1)
+        listener = Listener(client)
+        async with asyncio.TaskGroup() as tg:
+            pump = tg.create_task(listener.pump(), name="test.pump")
+            for i in range(5):  # nobody is consuming events yet
+                await client.publish(f"forethought/{agent_id}/events/ping", event(20 + i), qos=1)
+            errors = await listener.wait("errors", 3)
+            pump.cancel()
+        assert [e["body"]["id"] for e in errors] == ["e20", "e21", "e22"]
+        assert all("queue full" in e["body"]["error"] for e in errors)
+        events = bus.events()
+        got = [(await anext(events)).id for _ in range(2)]
+        assert got == ["e23", "e24"]
+        assert bus.stats.dropped_full == 3
