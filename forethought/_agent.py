@@ -19,6 +19,7 @@ from forethought.planner import (
     ModelBackend,
     ModelGate,
     Planner,
+    ProcessBackend,
     TransformersBackend,
 )
 from forethought.policies import (
@@ -63,12 +64,7 @@ class Agent:
         self.schema = self.spec.action_schema()
         self.space = self.spec.event_space()
         self._own_backend = backend is None
-        self.backend: ModelBackend = backend or TransformersBackend(
-            model=self.config.model,
-            device=self.config.device,
-            dtype=self.config.dtype,
-            grammar=self.config.grammar,
-        )
+        self.backend: ModelBackend = backend or self._make_backend()
         self.bus = bus
         self._state = WorldState(
             self.spec.state, fields=self.spec.state_fields, max_bytes=self.config.max_state_bytes
@@ -95,6 +91,11 @@ class Agent:
         self.rejected = 0
         self.snapshot_problem: str | None = None
 
+    def _make_backend(self) -> ModelBackend:
+        cfg = self.config
+        kind = ProcessBackend if cfg.model_process else TransformersBackend
+        return kind(model=cfg.model, device=cfg.device, dtype=cfg.dtype, grammar=cfg.grammar)
+
     @property
     def state(self) -> WorldState:
         """The current state."""
@@ -104,8 +105,10 @@ class Agent:
 
     async def __aenter__(self) -> Self:
         backend = self.backend
-        if isinstance(backend, TransformersBackend):
+        if self._own_backend and isinstance(backend, TransformersBackend | ProcessBackend):
             await backend.__aenter__()
+        elif isinstance(backend, TransformersBackend):
+            await asyncio.to_thread(backend.load)  # a caller's backend: load if it is not
         await backend.prepare(self.schema)
         self._load_snapshot()
         self.planner = Planner(
@@ -136,7 +139,7 @@ class Agent:
         if self.bus is not None:
             await self.bus.__aexit__(*exc_info)
         self.save_snapshot()
-        if self._own_backend and isinstance(self.backend, TransformersBackend):
+        if self._own_backend and isinstance(self.backend, TransformersBackend | ProcessBackend):
             await self.backend.__aexit__(*exc_info)
 
     async def _run(self) -> None:

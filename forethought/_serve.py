@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -88,7 +89,11 @@ async def send_event(
     props.ResponseTopic = reply_topic
     props.CorrelationData = event_id.encode()
     async with aiomqtt.Client(
-        host, port, protocol=aiomqtt.ProtocolVersion.V5, identifier=f"forethought-send-{event_id}"
+        host,
+        port,
+        protocol=aiomqtt.ProtocolVersion.V5,
+        identifier=f"forethought-send-{event_id}",
+        socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
     ) as client:
         await client.subscribe(reply_topic, qos=1)
         t0 = time.perf_counter()

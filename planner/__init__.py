@@ -16,6 +16,7 @@ from ._model_source import (
     resolve_model,
 )
 from ._planner import Branch, Planner, PlannerConfig, PlannerStats
+from ._process import ProcessBackend
 from ._prompt import Prompt, PromptEncoder, describe_format, state_context
 from ._transformers import TransformersBackend
 
@@ -43,6 +44,7 @@ __all__ = [
     "PlannerConfig",
     "PlannerStats",
     "Prediction",
+    "ProcessBackend",
     "Prompt",
     "PromptEncoder",
     "RowResult",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -60,14 +60,23 @@ class GenerationStatus(enum.Enum):
 class CancelSignal:
     """A thread-safe, one-way cancel flag a caller hands to a model call."""
 
-    __slots__ = ("_event",)
+    __slots__ = ("_callbacks", "_event")
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
 
     def cancel(self) -> None:
         """Ask the call to stop before its next forward pass."""
         self._event.set()
+        for callback in self._callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Also run ``callback`` when cancelled (a model in another process listens so)."""
+        self._callbacks.append(callback)
+        if self._event.is_set():
+            callback()
 
     @property
     def cancelled(self) -> bool:

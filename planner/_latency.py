@@ -169,6 +169,17 @@ class LatencyModel:
         with self._lock:
             return self._prefill.count, self._step.count
 
+    def adopt(self, profile: LatencyProfile, typical_steps: int | None = None) -> None:
+        """Take over another model's fit (the model in a worker process reports its own)."""
+        with self._lock:
+            self._prefill = _Law(
+                profile.prefill_base_s, profile.prefill_per_token_s, profile.spread95
+            )
+            self._step = _Law(profile.step_base_s, profile.step_per_row_s, profile.spread95)
+            if typical_steps is not None:
+                self._steps_per_action.clear()
+                self._steps_per_action.append(typical_steps)
+
     def profile(self) -> LatencyProfile:
         """The current fit as plain numbers."""
         with self._lock:

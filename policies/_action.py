@@ -233,6 +233,21 @@ def _rename(data: Any, node: _Node | None, mapping: str) -> Any:
     return out
 
 
+def _declare_aliases(schema: Any, node: _Node | None) -> Any:
+    if not isinstance(schema, dict) or node is None:
+        return schema
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        for name, sub in props.items():
+            if isinstance(sub, dict) and name in node.to_compact:
+                sub["x-compact"] = node.to_compact[name]
+                _declare_aliases(sub, node.children.get(name))
+    for key in ("anyOf", "oneOf"):
+        for option in schema.get(key, []):
+            _declare_aliases(option, node)
+    return schema
+
+
 class ActionSchema:
     """A validated action type with its compact wire form.
 
@@ -295,6 +310,15 @@ class ActionSchema:
     def aliases(self) -> dict[str, str]:
         """Top-level readable name -> compact alias."""
         return dict(self._node.to_compact)
+
+    def portable(self) -> _JSON:
+        """The readable JSON Schema with every compact alias declared (``x-compact``).
+
+        ``ActionSchema.from_json_schema(schema.portable())`` rebuilds the same compact form in
+        another process, whatever this schema was built from.
+        """
+        declared: _JSON = _declare_aliases(orjson.loads(orjson.dumps(self._readable)), self._node)
+        return declared
 
     def json_schema(self, form: ActionForm = ActionForm.COMPACT) -> _JSON:
         """The JSON Schema the model is constrained to for ``form``."""

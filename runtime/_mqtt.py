@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -156,6 +157,8 @@ class MqttBus:
                     will=will,
                     keepalive=self._keepalive,
                     timeout=5.0,
+                    # Small messages on a deadline: Nagle plus delayed ACKs would add ~40 ms.
+                    socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
                 ) as client:
                     self._client = client
                     await client.subscribe(self.events_filter, qos=1)

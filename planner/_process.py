@@ -1,0 +1,392 @@
+"""ProcessBackend: the model in a worker process, so model work never holds our GIL.
+
+With the model on a thread of the agent's process, every forward pass runs Python code of
+transformers that holds the interpreter lock, so the event loop can wait for it. In a worker
+process the loop only shares the CPU (the worker runs at a lower priority). On our 2-core CPU
+the thread measured as well or better (``forethought bench --suite executor`` runs both), so
+the agent uses a thread unless configured otherwise; on machines with more cores, or with a
+GPU doing the model work, measure both. The worker runs a :class:`TransformersBackend`; requests
+and replies go over a pipe, a call's cancel signal is a shared event the worker polls before
+each forward pass, and each reply carries the worker's latency fit, which the parent adopts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import multiprocessing as mp
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any, Self, cast
+
+from pydantic import BaseModel
+
+from forethought.policies import (
+    ActionForm,
+    ActionSchema,
+    BackendError,
+    ConfigError,
+    DeadlinePassed,
+    ForethoughtError,
+    InvalidAction,
+    PromptTooLong,
+    SchemaError,
+)
+
+from ._backend import CancelSignal, Generation, GenerationStatus, Scores
+from ._grammar import ENGINES
+from ._latency import LatencyModel
+from ._model_source import DEFAULT_MODEL, resolve_model
+from ._prompt import Prompt
+
+__all__ = ["ProcessBackend"]
+
+
+class _SharedCancel:
+    """What the worker's decoder polls: the parent sets it through the pipe-side event."""
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    @property
+    def cancelled(self) -> bool:
+        return bool(self.event.is_set())
+
+
+def _encode_error(exc: BaseException) -> tuple[str, Any]:
+    if isinstance(exc, DeadlinePassed):
+        return "DeadlinePassed", (exc.deadline, exc.now)
+    if isinstance(exc, PromptTooLong):
+        return "PromptTooLong", (exc.tokens, exc.limit)
+    if isinstance(exc, SchemaError):
+        return "SchemaError", (exc.field, repr(exc.value), exc.problem)
+    if isinstance(exc, ConfigError):
+        return "ConfigError", (exc.field, repr(exc.value), exc.problem)
+    return "BackendError", f"{type(exc).__name__}: {exc}"
+
+
+def _decode_error(kind: str, data: Any) -> ForethoughtError:
+    if kind == "DeadlinePassed":
+        return DeadlinePassed(*data)
+    if kind == "PromptTooLong":
+        return PromptTooLong(*data)
+    if kind == "SchemaError":
+        return SchemaError(*data)
+    if kind == "ConfigError":
+        return ConfigError(*data)
+    return BackendError(str(data))
+
+
+def _worker_main(
+    conn: Connection, cancel: Any, options: dict[str, Any], nice: int, threads: int | None
+) -> None:
+    """The worker process: load the model, then serve one call at a time."""
+    import os  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415 - only in the worker
+
+    from ._transformers import TransformersBackend  # noqa: PLC0415
+
+    # Yield the CPU to the agent's event loop whenever it wakes up (a lower scheduling weight),
+    # and optionally leave it a core of its own.
+    if nice:
+        os.nice(nice)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        backend = TransformersBackend(**options)
+        backend.load()
+    except Exception as exc:
+        conn.send(("error", *_encode_error(exc)))
+        return
+    conn.send(("ready", backend.latency.profile(), backend.latency.typical_steps()))
+    schemas: dict[str, ActionSchema] = {}
+    shared = cast(CancelSignal, _SharedCancel(cancel))
+    while True:
+        try:
+            call_id, method, portable, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            key = str(portable)
+            schema = schemas.get(key)
+            if schema is None:
+                schema = schemas[key] = ActionSchema.from_json_schema(portable)
+            result = _serve(backend, method, schema, args, shared)
+            reply: tuple[Any, ...] = ("ok", call_id, result)
+        except Exception as exc:
+            reply = ("error", call_id, *_encode_error(exc))
+        conn.send((*reply, backend.latency.profile(), backend.latency.typical_steps()))
+
+
+def _strip(g: Generation) -> Generation:
+    # The action's class was built in this process; the parent re-parses the text.
+    return Generation(
+        g.status,
+        None,
+        g.text,
+        g.prompt_tokens,
+        g.prefill_tokens,
+        g.output_tokens,
+        g.forced_tokens,
+        g.started_at,
+        g.first_token_at,
+        g.finished_at,
+    )
+
+
+def _serve(
+    backend: Any, method: str, schema: ActionSchema, args: dict[str, Any], cancel: CancelSignal
+) -> Any:
+    if method == "prepare":
+        backend.prepare_sync(schema)
+        return None
+    if method == "generate":
+        return _strip(
+            backend.generate_sync(
+                args["prompt"],
+                schema,
+                cancel=cancel,
+                deadline=args["deadline"],
+                max_new_tokens=args["max_new_tokens"],
+                form=args["form"],
+            )
+        )
+    if method == "generate_batch":
+        gens = backend.generate_batch_sync(
+            args["context"],
+            args["events"],
+            schema,
+            cancel=cancel,
+            deadline=args["deadline"],
+            max_new_tokens=args["max_new_tokens"],
+        )
+        return [_strip(g) for g in gens]
+    if method == "score":
+        return backend.score_sync(
+            args["prompt"],
+            [schema.validate(c) for c in args["cands"]],
+            schema,
+            deadline=args["deadline"],
+            cancel=cancel,
+        )
+    raise BackendError(f"unknown method {method!r}", retryable=False)
+
+
+class ProcessBackend:
+    """A ModelBackend whose model runs in a worker process (see the module docstring).
+
+    Takes the same arguments as :class:`TransformersBackend`; ``async with`` starts the worker
+    (which loads and warms the model) and stops it.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str = DEFAULT_MODEL,
+        device: str = "auto",
+        dtype: str = "auto",
+        grammar: str = "llguidance",
+        prefix_cache_size: int = 8,
+        nice: int = 10,
+        threads: int | None = None,
+    ) -> None:
+        if grammar not in ENGINES:
+            raise ConfigError("grammar", grammar, f"choose one of {ENGINES}")
+        resolve_model(model)  # fail here, with the install hint, not in the worker
+        self._options = {
+            "model": model,
+            "device": device,
+            "dtype": dtype,
+            "grammar": grammar,
+            "prefix_cache_size": prefix_cache_size,
+        }
+        self._model_id = model
+        self._nice = nice
+        self._threads = threads
+        self._latency = LatencyModel()
+        self._ctx = mp.get_context("spawn")  # fork is unsafe with torch's threads
+        self._cancel = self._ctx.Event()
+        self._conn: Connection | None = None
+        self._proc: Any = None
+        self._lock: asyncio.Lock | None = None
+        self._ids = itertools.count()
+        self.calls = 0
+
+    @property
+    def model_id(self) -> str:
+        """The model's name as given."""
+        return self._model_id
+
+    @property
+    def latency(self) -> LatencyModel:
+        """The latency model, adopted from the worker's after every call."""
+        return self._latency
+
+    async def __aenter__(self) -> Self:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(
+            target=_worker_main,
+            args=(child, self._cancel, self._options, self._nice, self._threads),
+            name="forethought-model",
+            daemon=True,
+        )
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        self._lock = asyncio.Lock()
+        first = await asyncio.to_thread(self._recv)
+        if first[0] == "error":
+            self._stop()
+            raise _decode_error(first[1], first[2])
+        self._latency.adopt(first[1], first[2])
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._proc is not None:
+            self._proc.join(timeout=5)
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc = None
+
+    def _recv(self) -> Any:
+        assert self._conn is not None
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            return ("error", "BackendError", "the model worker process exited")
+
+    async def _call(
+        self, method: str, schema: ActionSchema, args: dict[str, Any], cancel: CancelSignal | None
+    ) -> Any:
+        if self._conn is None or self._lock is None:
+            raise RuntimeError("ProcessBackend is not started: use `async with`")
+        async with self._lock:  # the worker serves one call at a time
+            self._cancel.clear()
+            if cancel is not None:
+                cancel.on_cancel(self._cancel.set)
+            call_id = next(self._ids)
+            self._conn.send((call_id, method, schema.portable(), args))
+            self.calls += 1
+            # A dedicated thread waits for the reply; cancelling the await cancels the call.
+            reader = asyncio.ensure_future(asyncio.to_thread(self._recv))
+            try:
+                reply = await asyncio.shield(reader)
+            except asyncio.CancelledError:
+                self._cancel.set()
+                with contextlib.suppress(Exception):
+                    await reader  # keep the pipe in step: the reply still comes
+                raise
+        status = reply[0]
+        *_, profile, steps = reply
+        self._latency.adopt(profile, steps)
+        if status == "error":
+            raise _decode_error(reply[2], reply[3])
+        return reply[2]
+
+    def _reparse(self, schema: ActionSchema, g: Generation, form: ActionForm) -> Generation:
+        if g.status is not GenerationStatus.DONE:
+            return g
+        try:
+            action = schema.parse(g.text, form)
+        except InvalidAction:
+            return Generation(
+                GenerationStatus.INVALID,
+                None,
+                g.text,
+                g.prompt_tokens,
+                g.prefill_tokens,
+                g.output_tokens,
+                g.forced_tokens,
+                g.started_at,
+                g.first_token_at,
+                g.finished_at,
+            )
+        return Generation(
+            g.status,
+            action,
+            g.text,
+            g.prompt_tokens,
+            g.prefill_tokens,
+            g.output_tokens,
+            g.forced_tokens,
+            g.started_at,
+            g.first_token_at,
+            g.finished_at,
+        )
+
+    async def prepare(self, schema: ActionSchema) -> None:
+        """Compile the schema's grammar in the worker."""
+        await self._call("prepare", schema, {}, None)
+
+    async def generate(
+        self,
+        prompt: Prompt,
+        schema: ActionSchema,
+        *,
+        deadline: float,
+        cancel: CancelSignal | None = None,
+        max_new_tokens: int = 64,
+        form: ActionForm | None = None,
+    ) -> Generation:
+        """Generate one action in the worker."""
+        form = form or ActionForm.COMPACT
+        g = await self._call(
+            "generate",
+            schema,
+            {
+                "prompt": prompt,
+                "deadline": deadline,
+                "max_new_tokens": max_new_tokens,
+                "form": form,
+            },
+            cancel,
+        )
+        return self._reparse(schema, g, form)
+
+    async def generate_batch(
+        self,
+        context: str,
+        events: Sequence[str],
+        schema: ActionSchema,
+        *,
+        deadline: float,
+        cancel: CancelSignal | None = None,
+        max_new_tokens: int = 64,
+    ) -> list[Generation]:
+        """Generate one action per event in one batch in the worker."""
+        gens = await self._call(
+            "generate_batch",
+            schema,
+            {
+                "context": context,
+                "events": list(events),
+                "deadline": deadline,
+                "max_new_tokens": max_new_tokens,
+            },
+            cancel,
+        )
+        return [self._reparse(schema, g, ActionForm.COMPACT) for g in gens]
+
+    async def score(
+        self,
+        prompt: Prompt,
+        candidates: Sequence[BaseModel],
+        schema: ActionSchema,
+        *,
+        deadline: float,
+        cancel: CancelSignal | None = None,
+    ) -> Scores:
+        """Score candidates in one pass in the worker."""
+        cands = [schema.readable(schema.validate(c)) for c in candidates]
+        result: Scores = await self._call(
+            "score", schema, {"prompt": prompt, "cands": cands, "deadline": deadline}, cancel
+        )
+        return result
