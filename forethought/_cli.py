@@ -61,6 +61,20 @@ def _parser() -> argparse.ArgumentParser:
     send.add_argument("--agent-id", default="agent")
     send.add_argument("--deadline-ms", type=float, default=None)
     send.add_argument("--wait", type=float, default=10.0, help="seconds to wait for the answer")
+    sim = sub.add_parser("sim", help="replay a scenario: live vs tree vs hybrid, with reports")
+    sim.add_argument("scenario", type=Path, help="scenario file (YAML or JSON)")
+    sim.add_argument("--strategy", default="all", help="all, live, tree, hybrid (comma list)")
+    sim.add_argument("--clock", default="virtual", choices=["virtual", "real"])
+    sim.add_argument("--speed", type=float, default=1.0, help="compress time (real clock)")
+    sim.add_argument(
+        "--profile", default=None, help="simulated device, e.g. step_ms=8.6,prefill_us_per_token=50"
+    )
+    sim.add_argument("--model", default=DEFAULT_MODEL)
+    sim.add_argument("--device", default="auto")
+    sim.add_argument("--dtype", default="auto")
+    sim.add_argument("--json", type=Path, default=None, metavar="PATH")
+    sim.add_argument("--decisions", type=Path, default=None, metavar="PATH")
+    sim.add_argument("--report", type=Path, default=None, metavar="DIR")
     return parser
 
 
@@ -80,6 +94,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 quick=args.quick,
                 json_path=args.json,
                 suite=args.suite,
+            )
+        elif args.command == "sim":
+            from forethought._sim import run_sim  # noqa: PLC0415 - loads torch
+
+            run_sim(
+                scenario_path=args.scenario,
+                strategy=args.strategy,
+                clock=args.clock,
+                speed=args.speed,
+                profile=args.profile,
+                model=args.model,
+                device=args.device,
+                dtype=args.dtype,
+                json_path=args.json,
+                decisions=args.decisions,
+                report=args.report,
             )
         elif args.command == "run":
             from forethought._serve import run_agent  # noqa: PLC0415

@@ -15,11 +15,12 @@ from ._errors import (
     SnapshotError,
 )
 from ._events import EventKey, EventSpace, EventType, Grid
-from ._spec import AgentSpec, load_document
+from ._spec import SCENARIO_KEYS, AgentSpec, load_document
 from ._state import WorldState
 from ._tree import PolicyNode, PolicyTree
 
 __all__ = [
+    "SCENARIO_KEYS",
     "ActionForm",
     "ActionSchema",
     "AgentSpec",

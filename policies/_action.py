@@ -328,7 +328,7 @@ class ActionSchema:
         verbose["properties"] = {
             **verbose["properties"],
             # One full sentence, as chat models explain themselves unprompted.
-            _REASON_FIELD: {"type": "string", "minLength": 80, "maxLength": 240},
+            _REASON_FIELD: {"type": "string", "minLength": 80, "maxLength": 160},
         }
         verbose["required"] = [*verbose.get("required", []), _REASON_FIELD]
         verbose["additionalProperties"] = False

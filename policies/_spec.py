@@ -19,7 +19,10 @@ from ._action import ActionSchema
 from ._errors import ConfigError, ForethoughtError
 from ._events import EventSpace, EventType
 
-__all__ = ["AgentSpec", "load_document"]
+__all__ = ["SCENARIO_KEYS", "AgentSpec", "load_document"]
+
+SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "live_form", "perception_ms"})
+"""Keys of a scenario file that are not part of the agent spec."""
 
 
 class AgentSpec(BaseModel):
@@ -66,7 +69,7 @@ class AgentSpec(BaseModel):
         """Validate plain data; errors name the source, the field path and the problem."""
         if not isinstance(data, dict):
             raise ConfigError(source, type(data).__name__, "a spec must be a mapping")
-        header = {k: v for k, v in data.items() if k not in ("trace", "generate")}
+        header = {k: v for k, v in data.items() if k not in SCENARIO_KEYS}
         try:
             return cls.model_validate(header)
         except ValidationError as exc:

@@ -230,7 +230,7 @@ class Executor:
                 action=self._schema.readable(action),
                 latency_s=now - event.arrived_at,
                 budget_s=end - event.arrived_at,
-                met=now <= end,
+                met=now <= end + 1e-9,  # 1 ns: float noise is not a miss
                 approximate=approximate,
                 out_of_space=key is None,
                 key=key,

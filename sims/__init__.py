@@ -1,5 +1,26 @@
 """Scenario replay in virtual or real time, strategies side by side, reports."""
 
+from ._charged import ChargedBackend
+from ._replay import STRATEGIES, Record, StrategyRun, replay
+from ._report import metrics, table, write_decisions, write_json, write_report
+from ._scenario import Generate, Scenario, TraceEvent, load_scenario
 from ._vloop import VirtualTimeLoop, run_virtual
 
-__all__ = ["VirtualTimeLoop", "run_virtual"]
+__all__ = [
+    "STRATEGIES",
+    "ChargedBackend",
+    "Generate",
+    "Record",
+    "Scenario",
+    "StrategyRun",
+    "TraceEvent",
+    "VirtualTimeLoop",
+    "load_scenario",
+    "metrics",
+    "replay",
+    "run_virtual",
+    "table",
+    "write_decisions",
+    "write_json",
+    "write_report",
+]

@@ -24,3 +24,19 @@ def test_unknown_model_is_one_clear_line_without_traceback() -> None:
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().startswith("error: model:")
     assert "/no/such/model.gguf" in out.stderr
+
+
+def test_sim_with_a_broken_scenario_is_one_clear_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\n")
+    out = run("sim", str(path))
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert str(path) in out.stderr
+    assert "description" in out.stderr
+
+
+def test_send_with_bad_params_is_one_clear_line() -> None:
+    out = run("send", "ping", "--mqtt", "mqtt://127.0.0.1:1", "--params", "[1")
+    assert out.returncode == 2
+    assert out.stderr.strip().startswith("error: --params")

@@ -1,0 +1,233 @@
+"""Replay metrics and outputs: a terminal table, JSON, JSONL decisions, an HTML report."""
+
+from __future__ import annotations
+
+import html
+import io
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ._replay import StrategyRun
+from ._scenario import Scenario
+
+__all__ = ["metrics", "table", "write_decisions", "write_json", "write_report"]
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return float(np.quantile(np.asarray(xs), q)) if xs else None
+
+
+def agreement(run: StrategyRun, live: StrategyRun | None) -> float | None:
+    """Share of this run's tree answers equal to what live generation wrote for that event.
+
+    The live strategy sees the same events and applies the same effects, so its action for
+    event i was generated in the same state.
+    """
+    if live is None or live is run:
+        return None
+    by_index = {r.index: r for r in live.records if r.tier == "live"}
+    pairs = [
+        (r, by_index[r.index]) for r in run.records if r.tier == "tree" and r.index in by_index
+    ]
+    if not pairs:
+        return None
+    return sum(a.action == b.action for a, b in pairs) / len(pairs)
+
+
+def metrics(run: StrategyRun, live: StrategyRun | None = None) -> dict[str, Any]:
+    """The figures of one strategy (``live``: the live run, for agreement)."""
+    recs = run.records
+    n = len(recs)
+    lat = [r.latency_ms for r in recs]
+    tiers: dict[str, int] = {"tree": 0, "score": 0, "live": 0, "default": 0}
+    for r in recs:
+        tiers[r.tier] = tiers.get(r.tier, 0) + 1
+    graded = [r.correct for r in recs if r.correct is not None]
+    tree = [r for r in recs if r.tier == "tree"]
+    tree_cpu = [r.decide_cpu_ms for r in tree]
+    by_type: dict[str, dict[str, float]] = {}
+    for t in sorted({r.type for r in recs}):
+        rs = [r for r in recs if r.type == t]
+        by_type[t] = {"events": len(rs), "hit_rate": sum(r.met for r in rs) / len(rs)}
+    return {
+        "events": n,
+        "deadline_hit_rate": sum(r.met for r in recs) / n if n else None,
+        "latency_ms": {
+            "p50": _pct(lat, 0.5),
+            "p95": _pct(lat, 0.95),
+            "p99": _pct(lat, 0.99),
+            "max": max(lat) if lat else None,
+        },
+        "tiers": tiers,
+        "tree_hit_rate": len(tree) / n if n else None,
+        "tree_exact": sum(not r.approximate for r in tree),
+        "tree_approximate": sum(r.approximate for r in tree),
+        "tree_selection_ms": {"p50": _pct(tree_cpu, 0.5), "p99": _pct(tree_cpu, 0.99)},
+        "accuracy": sum(graded) / len(graded) if graded else None,
+        "agreement_with_live": agreement(run, live),
+        "out_of_space": sum(r.out_of_space for r in recs),
+        "by_type": by_type,
+        "planner": run.planner or None,
+        "wall_s": run.wall_s,
+    }
+
+
+def _fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table(scenario: Scenario, runs: Mapping[str, StrategyRun]) -> str:
+    """A terminal table, strategies side by side."""
+    ms = {k: metrics(v, runs.get("live")) for k, v in runs.items()}
+    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("events", lambda m: str(m["events"])),
+        ("deadline hit rate", lambda m: _fmt(100 * m["deadline_hit_rate"], ".1f") + " %"),
+        ("latency p50 ms", lambda m: _fmt(m["latency_ms"]["p50"], ".2f")),
+        ("latency p95 ms", lambda m: _fmt(m["latency_ms"]["p95"], ".2f")),
+        ("latency p99 ms", lambda m: _fmt(m["latency_ms"]["p99"], ".2f")),
+        ("latency max ms", lambda m: _fmt(m["latency_ms"]["max"], ".2f")),
+        (
+            "tiers t/s/l/d",
+            lambda m: "/".join(str(m["tiers"][t]) for t in ("tree", "score", "live", "default")),
+        ),
+        ("tree hits exact/approx", lambda m: f"{m['tree_exact']}/{m['tree_approximate']}"),
+        ("tree selection p99 ms", lambda m: _fmt(m["tree_selection_ms"]["p99"], ".3f")),
+        ("accuracy", lambda m: _fmt(m["accuracy"], ".2f")),
+        ("agreement with live", lambda m: _fmt(m["agreement_with_live"], ".2f")),
+        ("out of space", lambda m: str(m["out_of_space"])),
+        ("planner branches", lambda m: str((m["planner"] or {}).get("branches", "-"))),
+        ("planner idle used", lambda m: _fmt((m["planner"] or {}).get("idle_used"), ".2f")),
+        ("planner waste", lambda m: str((m["planner"] or {}).get("waste", "-"))),
+        ("replay wall s", lambda m: _fmt(m["wall_s"], ".1f")),
+    ]
+    names = list(ms)
+    width = max(14, *(len(n) + 2 for n in names))
+    lines = [f"{scenario.name}".ljust(24) + "".join(n.rjust(width) for n in names)]
+    lines += [label.ljust(24) + "".join(f(ms[n]).rjust(width) for n in names) for label, f in rows]
+    return "\n".join(lines)
+
+
+def write_json(
+    path: Path,
+    scenario: Scenario,
+    runs: Mapping[str, StrategyRun],
+    *,
+    model: str,
+    clock: str,
+    profile: Mapping[str, float],
+) -> None:
+    """The JSON report."""
+    data = {
+        "scenario": scenario.name,
+        "model": model,
+        "clock": clock,
+        "profile": dict(profile),
+        "live_form": scenario.live_form,
+        "strategies": {k: metrics(v, runs.get("live")) for k, v in runs.items()},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+
+
+def write_decisions(path: Path, runs: Mapping[str, StrategyRun]) -> None:
+    """One JSON line per event and strategy (deterministic for a virtual replay)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as fh:
+        for run in runs.values():
+            for r in run.records:
+                fh.write(orjson.dumps(r.as_json(), option=orjson.OPT_SORT_KEYS) + b"\n")
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def write_report(directory: Path, scenario: Scenario, runs: Mapping[str, StrategyRun]) -> Path:
+    """An HTML page with PNG plots: latency CDFs, the timeline, hit rate per type."""
+    import matplotlib as mpl  # noqa: PLC0415 - optional, only for reports
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    directory.mkdir(parents=True, exist_ok=True)
+    colors = {"tree": "#2a9d8f", "score": "#e9c46a", "live": "#f4a261", "default": "#e76f51"}
+    images: dict[str, bytes] = {}
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, run in runs.items():
+        lat = np.sort([r.latency_ms for r in run.records])
+        ax.step(
+            np.maximum(lat, 1e-3), np.arange(1, len(lat) + 1) / len(lat), where="post", label=name
+        )
+    deadlines = sorted({r.deadline_ms for run in runs.values() for r in run.records})
+    for d in deadlines[:3]:
+        ax.axvline(d, color="grey", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("decision latency (ms, log); dashed: deadlines")
+    ax.set_ylabel("fraction of events")
+    ax.set_title("Latency CDF per strategy")
+    ax.legend()
+    images["latency_cdf.png"] = _png(fig)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(
+        len(runs), 1, figsize=(8, 1.2 + 1.1 * len(runs)), sharex=True, squeeze=False
+    )
+    for ax, (name, run) in zip(axes[:, 0], runs.items(), strict=True):
+        for tier, color in colors.items():
+            xs = [r.at_ms / 1e3 for r in run.records if r.tier == tier]
+            ax.scatter(xs, [1.0] * len(xs), s=12, color=color, label=tier, marker="|")
+        if run.timeline:
+            t, cov, busy = zip(*run.timeline, strict=True)
+            ax.plot(t, cov, color="black", linewidth=1, label="tree coverage")
+            ax.plot(t, busy, color="purple", linewidth=1, linestyle=":", label="planner busy")
+        ax.set_ylim(-0.05, 1.1)
+        ax.set_ylabel(name)
+    axes[0, 0].legend(loc="upper left", ncol=6, fontsize=7, bbox_to_anchor=(0, 1.5))
+    axes[-1, 0].set_xlabel("scenario time (s)")
+    images["timeline.png"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    types = sorted({r.type for run in runs.values() for r in run.records})
+    width = 0.8 / max(len(runs), 1)
+    for i, (name, run) in enumerate(runs.items()):
+        rates = []
+        for etype in types:
+            rs = [r for r in run.records if r.type == etype]
+            rates.append(sum(r.met for r in rs) / len(rs) if rs else 0.0)
+        ax.bar(np.arange(len(types)) + i * width, rates, width=width, label=name)
+    ax.set_xticks(np.arange(len(types)) + width * (len(runs) - 1) / 2, types, rotation=20)
+    ax.set_ylabel("deadline hit rate")
+    ax.set_title("Hit rate per event type")
+    ax.legend()
+    images["hit_rate_by_type.png"] = _png(fig)
+    plt.close(fig)
+
+    for name, blob in images.items():
+        (directory / name).write_bytes(blob)
+    index = directory / "index.html"
+    index.write_text(_page(scenario, runs, list(images)), encoding="utf-8")
+    return index
+
+
+def _page(scenario: Scenario, runs: Mapping[str, StrategyRun], images: list[str]) -> str:
+    figures = "".join(
+        f'<figure><img src="{n}" alt="{n}"><figcaption>{n}</figcaption></figure>' for n in images
+    )
+    summary = html.escape(table(scenario, runs))
+    title = html.escape(scenario.name)
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>"
+        "body{font-family:sans-serif;max-width:900px;margin:2em auto}"
+        "pre{background:#f4f4f4;padding:1em}img{max-width:100%}</style></head><body>"
+        f"<h1>Forethought replay: {title}</h1>"
+        f"<p>{html.escape(scenario.spec.description)}</p><pre>{summary}</pre>{figures}"
+        "</body></html>"
+    )

@@ -1,0 +1,207 @@
+"""The simulator: loading, virtual-clock arithmetic, queueing, determinism, reports, e2e."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+from scripted import ScriptedBackend
+
+from forethought.planner import LatencyProfile, TransformersBackend
+from forethought.policies import ConfigError
+from forethought.sims import (
+    load_scenario,
+    metrics,
+    replay,
+    write_decisions,
+    write_json,
+    write_report,
+)
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "sims" / "scenarios"
+BASE: dict[str, Any] = {
+    "name": "t",
+    "description": "A test robot.",
+    "action": {"type": "object", "properties": {"a": {"enum": ["stop", "go"]}}, "required": ["a"]},
+    "default_action": {"a": "stop"},
+    "events": [
+        {"type": "ping", "deadline_ms": 150, "params": {"d": {"min": 0, "max": 2, "step": 0.5}}}
+    ],
+    "trace": [{"at_ms": 0, "type": "ping", "params": {"d": 1}}],
+}
+
+
+def write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("shipped", sorted(p.name for p in SCENARIOS.glob("*.yaml")))
+def test_shipped_scenarios_load(shipped: str) -> None:
+    scenario = load_scenario(SCENARIOS / shipped)
+    assert scenario.events()
+    assert scenario.spec.event_space()
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"description": None}, "description"),
+        (
+            {
+                "events": [
+                    {
+                        "type": "ping",
+                        "deadline_ms": 1,
+                        "params": {"d": {"min": 0, "max": 1, "step": 0.3}},
+                    }
+                ]
+            },
+            "events[0].params",
+        ),
+        ({"default_action": {"a": "fly"}}, "default_action"),
+        ({"events": [{"type": "ping", "deadline_ms": 1, "effects": {"x": "$nope"}}]}, "$nope"),
+        ({"trace": [{"at_ms": -1, "type": "ping"}]}, "trace[0].at_ms"),
+        ({"trace": []}, "give a trace"),
+        ({"trace": [{"at_ms": 1, "type": "ping", "accept": [{"a": "fly"}]}]}, "trace[0].accept[0]"),
+    ],
+)
+def test_loader_errors_name_file_field_and_problem(
+    tmp_path: Path, change: dict[str, Any], needle: str
+) -> None:
+    data = {**BASE, **change}
+    data = {k: v for k, v in data.items() if v is not None}
+    path = write(tmp_path, data)
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    assert str(path) in str(info.value)
+    assert needle in str(info.value)
+
+
+def test_generated_events_are_seeded_and_off_grid(tmp_path: Path) -> None:
+    data = {**BASE, "generate": {"seed": 3, "count": 50, "mean_gap_ms": 100}}
+    a = load_scenario(write(tmp_path, data)).events()
+    b = load_scenario(write(tmp_path, data)).events()
+    assert a == b
+    assert len(a) == 51
+    assert any(e.params["d"] not in (0, 0.5, 1.0, 1.5, 2.0) for e in a[1:])
+
+
+def test_live_strategy_queues_with_exact_deadline_arithmetic(tmp_path: Path) -> None:
+    data = {
+        **BASE,
+        "trace": [
+            {"at_ms": 0, "type": "ping", "params": {"d": 1}},  # 0 -> 100: met
+            {"at_ms": 50, "type": "ping", "params": {"d": 1}},  # waits: 100 -> 200, 150 = limit
+            {"at_ms": 300, "type": "ping", "params": {"d": 1}},  # 300 -> 400: met
+            {"at_ms": 310, "type": "ping", "params": {"d": 1}, "deadline_ms": 189.9},  # 400->500
+        ],
+    }
+    scenario = load_scenario(write(tmp_path, data))
+    backend = ScriptedBackend(live_s=0.1, live_action={"a": "go"})
+    runs = replay(scenario, backend, strategies=("live",))
+    recs = runs["live"].records
+    assert [r.latency_ms for r in recs] == pytest.approx([100.0, 150.0, 100.0, 190.0])
+    assert [r.met for r in recs] == [True, True, True, False]
+    assert metrics(runs["live"])["deadline_hit_rate"] == 0.75
+
+
+def test_hybrid_strategy_in_virtual_time(tmp_path: Path) -> None:
+    data = {
+        **BASE,
+        "trace": [
+            {"at_ms": 5000, "type": "ping", "params": {"d": 1}},
+            {"at_ms": 6000, "type": "alien", "params": {}},
+        ],
+    }
+    scenario = load_scenario(write(tmp_path, data))
+    backend = ScriptedBackend(
+        score_s=0.05, live_s=0.05, prefill_s=0.05, step_s=0.001, live_action={"a": "go"}
+    )
+    runs = replay(scenario, backend, strategies=("tree", "hybrid"))
+    tree, hybrid = runs["tree"].records, runs["hybrid"].records
+    assert tree[0].tier == "tree"  # planned in the 5 s before it arrived
+    assert tree[0].latency_ms == 0.0
+    assert tree[1].tier == "default"
+    assert tree[1].out_of_space
+    assert hybrid[1].tier == "score"  # out of space: the model tiers answer
+    assert hybrid[1].latency_ms == pytest.approx(50.0)
+    assert runs["tree"].planner["branches"] >= 1
+
+
+@pytest.mark.model
+def test_virtual_replays_are_byte_identical(
+    tiny_backend: TransformersBackend, tmp_path: Path
+) -> None:
+    data = {**BASE, "generate": {"seed": 1, "count": 12, "mean_gap_ms": 400}}
+    scenario = load_scenario(write(tmp_path, data))
+    profile = LatencyProfile.from_figures(step_ms=20, prefill_us_per_token=500)
+    blobs = []
+    for k in range(2):
+        runs = replay(scenario, tiny_backend, profile=profile)
+        path = tmp_path / f"d{k}.jsonl"
+        write_decisions(path, runs)
+        blobs.append(path.read_bytes())
+    assert blobs[0] == blobs[1]
+    lines = [orjson.loads(x) for x in blobs[0].splitlines()]
+    assert len(lines) == 3 * 13
+    assert set(lines[0]) >= {
+        "strategy",
+        "index",
+        "type",
+        "params",
+        "at_ms",
+        "deadline_ms",
+        "latency_ms",
+        "tier",
+        "action",
+        "met",
+    }
+
+
+def test_report_files_are_well_formed(tmp_path: Path) -> None:
+    data = {
+        **BASE,
+        "trace": [
+            {"at_ms": 1000, "type": "ping", "params": {"d": 1}, "accept": [{"a": "go"}]},
+            {"at_ms": 2000, "type": "ping", "params": {"d": 2}},
+        ],
+    }
+    scenario = load_scenario(write(tmp_path, data))
+    runs = replay(scenario, ScriptedBackend(live_s=0.1, live_action={"a": "go"}))
+    write_json(tmp_path / "r.json", scenario, runs, model="scripted", clock="virtual", profile={})
+    report = orjson.loads((tmp_path / "r.json").read_bytes())
+    assert report["scenario"] == "t"
+    assert set(report["strategies"]) == {"live", "tree", "hybrid"}
+    hybrid = report["strategies"]["hybrid"]
+    for key in ("events", "deadline_hit_rate", "latency_ms", "tiers", "tree_hit_rate", "accuracy"):
+        assert key in hybrid
+    assert report["strategies"]["live"]["accuracy"] == 1.0
+    index = write_report(tmp_path / "report", scenario, runs)
+    page = index.read_text()
+    assert page.count("<img") == 3
+    for png in ("latency_cdf.png", "timeline.png", "hit_rate_by_type.png"):
+        assert (tmp_path / "report" / png).read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.smollm2
+def test_shipped_scenario_end_to_end_on_the_embedded_model(
+    smollm2_first_load: Any, tmp_path: Path
+) -> None:
+    backend = TransformersBackend(model="smollm2-135m", device="cpu")
+    backend.load()
+    scenario = load_scenario(SCENARIOS / "service-kiosk.yaml")
+    runs = replay(scenario, backend, profile=backend.latency.profile())
+    m = {k: metrics(v, runs["live"]) for k, v in runs.items()}
+    assert m["hybrid"]["events"] == len(scenario.events())
+    assert m["hybrid"]["deadline_hit_rate"] >= m["live"]["deadline_hit_rate"]
+    assert m["hybrid"]["deadline_hit_rate"] >= 0.99
+    assert m["hybrid"]["out_of_space"] == 1
+    schema = scenario.spec.action_schema()
+    for run in runs.values():
+        for r in run.records:
+            schema.validate(r.action)  # no invalid action, whatever the model wrote
