@@ -75,6 +75,13 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", type=Path, default=None, metavar="PATH")
     sim.add_argument("--decisions", type=Path, default=None, metavar="PATH")
     sim.add_argument("--report", type=Path, default=None, metavar="DIR")
+    sim.add_argument(
+        "--mqtt",
+        default=None,
+        metavar="URL",
+        help="with --clock real: send the events to a running agent over MQTT",
+    )
+    sim.add_argument("--agent-id", default="agent", help="the running agent's id (--mqtt)")
     return parser
 
 
@@ -110,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json_path=args.json,
                 decisions=args.decisions,
                 report=args.report,
+                mqtt=args.mqtt,
+                agent_id=args.agent_id,
             )
         elif args.command == "run":
             from forethought._serve import run_agent  # noqa: PLC0415

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -12,8 +13,11 @@ from forethought.planner import LatencyProfile, TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
     STRATEGIES,
+    Scenario,
+    StrategyRun,
     load_scenario,
     replay,
+    replay_over_mqtt,
     table,
     write_decisions,
     write_json,
@@ -55,6 +59,8 @@ def _progress(total: int) -> Callable[[], None]:
 
 def run_sim(
     *,
+    mqtt: str | None = None,
+    agent_id: str = "agent",
     scenario_path: Path,
     strategy: str,
     clock: str,
@@ -82,6 +88,30 @@ def run_sim(
             )
     if clock not in ("virtual", "real"):
         raise ConfigError("--clock", clock, "choose virtual or real")
+    if mqtt is not None:
+        if clock != "real":
+            raise ConfigError("--mqtt", mqtt, "replaying through a broker needs --clock real")
+        n = len(scenario.events())
+        print(
+            f"replaying {scenario.name}: {n} events to agent {agent_id!r} on {mqtt}",
+            file=sys.stderr,
+            flush=True,
+        )
+        run = asyncio.run(
+            replay_over_mqtt(
+                scenario, url=mqtt, agent_id=agent_id, speed=speed, progress=_progress(n)
+            )
+        )
+        return _outputs(
+            scenario,
+            {"agent": run},
+            model="(remote agent)",
+            clock=clock,
+            profile={},
+            json_path=json_path,
+            decisions=decisions,
+            report=report,
+        )
     backend = TransformersBackend(model=model, device=device, dtype=dtype)
     backend.load()
     if profile is not None:
@@ -113,10 +143,33 @@ def run_sim(
         speed=speed,
         progress=_progress(n),
     )
-    print(table(scenario, runs))
     pdict = {k: round(v, 9) for k, v in asdict(prof).items()} | {"source": source}
+    return _outputs(
+        scenario,
+        runs,
+        model=model,
+        clock=clock,
+        profile=pdict,
+        json_path=json_path,
+        decisions=decisions,
+        report=report,
+    )
+
+
+def _outputs(
+    scenario: Scenario,
+    runs: dict[str, StrategyRun],
+    *,
+    model: str,
+    clock: str,
+    profile: dict[str, Any],
+    json_path: Path | None,
+    decisions: Path | None,
+    report: Path | None,
+) -> dict[str, Any]:
+    print(table(scenario, runs))
     if json_path is not None:
-        write_json(json_path, scenario, runs, model=model, clock=clock, profile=pdict)
+        write_json(json_path, scenario, runs, model=model, clock=clock, profile=profile)
         print(f"json: {json_path}")
     if decisions is not None:
         write_decisions(decisions, runs)
@@ -124,4 +177,4 @@ def run_sim(
     if report is not None:
         index = write_report(report, scenario, runs)
         print(f"report: {index}")
-    return {"runs": runs, "profile": prof}
+    return {"runs": runs}

@@ -1,6 +1,7 @@
 """Scenario replay in virtual or real time, strategies side by side, reports."""
 
 from ._charged import ChargedBackend
+from ._mqtt_replay import replay_over_mqtt
 from ._replay import STRATEGIES, Record, StrategyRun, replay
 from ._report import metrics, table, write_decisions, write_json, write_report
 from ._scenario import Generate, Scenario, TraceEvent, load_scenario
@@ -18,6 +19,7 @@ __all__ = [
     "load_scenario",
     "metrics",
     "replay",
+    "replay_over_mqtt",
     "run_virtual",
     "table",
     "write_decisions",

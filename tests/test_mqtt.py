@@ -236,3 +236,29 @@ async def test_bounded_queue_drops_the_oldest(broker: Broker, agent_id: str) -> 
         got = [(await anext(events)).id for _ in range(2)]
         assert got == ["e23", "e24"]
         assert bus.stats.dropped_full == 3
+
+
+async def test_simulator_replays_through_the_broker(broker: Broker, agent_id: str,
+                                                    tmp_path: Any) -> None:
+    import yaml
+
+    from forethought.sims import load_scenario, metrics, replay_over_mqtt
+
+    data = SPEC.model_dump(mode="json") | {
+        "trace": [{"at_ms": 50 * i, "type": "ping", "params": {"n": i}} for i in range(6)]
+        + [{"at_ms": 400, "type": "alien"}],
+    }
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    scenario = load_scenario(path)
+    bus = MqttBus(url=broker.url, agent_id=agent_id)
+    backend = ScriptedBackend(score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001,
+                              live_action={"a": "go"})
+    async with Agent(SPEC, backend=backend, bus=bus, config=AgentConfig()):
+        await bus.wait_connected(10)
+        run = await replay_over_mqtt(scenario, url=broker.url, agent_id=agent_id)
+    m = metrics(run)
+    assert m["events"] == 7
+    assert m["deadline_hit_rate"] == 1.0
+    assert m["out_of_space"] == 1
+    assert all(r.latency_ms < 2000 for r in run.records)
