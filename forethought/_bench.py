@@ -188,6 +188,11 @@ class _Bench:
             f"{out['compact']['tokens']} tok {out['compact']['ms']} ms | tokens ratio "
             f"{ratio:.2f}"
         )
+        self.say(
+            f"  first vs last token: verbose {out['verbose']['ttft_ms']} / "
+            f"{out['verbose']['ms']} ms, compact {out['compact']['ttft_ms']} / "
+            f"{out['compact']['ms']} ms"
+        )
         self.say(f"  verbose: {out['verbose']['text']}")
         self.say(f"  compact: {out['compact']['text']}")
         return {**out, "token_ratio": ratio}

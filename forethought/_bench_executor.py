@@ -24,6 +24,7 @@ import aiomqtt
 import numpy as np
 import orjson
 
+from forethought._bench import BENCH_ACTION
 from forethought.planner import ModelBackend, PlannerConfig, ProcessBackend, TransformersBackend
 from forethought.policies import AgentSpec
 from forethought.runtime import Event, MqttBus, Tier
@@ -36,25 +37,7 @@ __all__ = ["run_executor_bench"]
 SPEC = {
     "name": "bench-executor",
     "description": "You drive an autonomous mobile robot in a warehouse. Stop for people.",
-    "action": {
-        "type": "object",
-        "properties": {
-            "action": {
-                "enum": [
-                    "stop",
-                    "slow_down",
-                    "continue",
-                    "turn_left",
-                    "turn_right",
-                    "reverse",
-                    "dock",
-                    "wait",
-                ]
-            },
-            "speed": {"type": "number", "minimum": 0, "maximum": 1.5},
-        },
-        "required": ["action", "speed"],
-    },
+    "action": BENCH_ACTION,
     "default_action": {"action": "stop", "speed": 0},
     "state": {"zone": "aisle_4", "battery": 0.72},
     # 400 keys: the planner cannot cover them in the run, so it generates throughout.
@@ -160,7 +143,8 @@ async def _mqtt_run(
     backend: ModelBackend, spec: AgentSpec, keys: list[Any], n: int, hz: float, port: int
 ) -> dict[str, Any]:
     bus = MqttBus(url=f"mqtt://127.0.0.1:{port}", agent_id="bench")
-    cfg = AgentConfig(planner=PlannerConfig(batch_size=4))
+    # The planner generates throughout here too (min_value 0: every uncovered key is work).
+    cfg = AgentConfig(planner=PlannerConfig(batch_size=4, max_depth=1, min_value=0.0))
     agent = Agent(spec, backend=backend, bus=bus, config=cfg)
     sent: dict[str, float] = {}
     rtt: list[float] = []
@@ -195,6 +179,8 @@ async def _mqtt_run(
             tg.create_task(receive(), name="bench.receive")
             loop = asyncio.get_running_loop()
             start = loop.time() + 0.05
+            assert agent.planner is not None
+            busy0 = agent.planner.stats.busy_s
             for i in range(n):
                 delay = start + i / hz - loop.time()
                 if delay > 0:
@@ -205,9 +191,11 @@ async def _mqtt_run(
                 await client.publish("forethought/bench/events/obstacle", orjson.dumps(body), qos=0)
             async with asyncio.timeout(30):
                 await done.wait()
+            busy = (agent.planner.stats.busy_s - busy0) / (loop.time() - start)
     return {
         "events": n,
         "hz": hz,
+        "planner_busy_fraction": busy,
         "received": len(rtt),
         "p50_ms": _q(rtt, 0.5),
         "p99_ms": _q(rtt, 0.99),
@@ -247,7 +235,8 @@ async def _one_mode(
         m = await _mqtt_run(backend, spec, keys, 500 if quick else 3_000, 50.0, broker.port)
         out["mqtt"] = m
         say(
-            f"  mqtt [{mode}]: {m['received']}/{m['events']} at 50 Hz, publish -> action p50 "
+            f"  mqtt [{mode}]: {m['received']}/{m['events']} at 50 Hz, planner busy "
+            f"{m['planner_busy_fraction']:.0%}, publish -> action p50 "
             f"{m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms, max {m['max_ms']:.2f} ms"
         )
     else:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from forethought._bench import BENCH_ACTION as ACTION
 from forethought.planner import Forecaster, ModelGate, Planner, PlannerConfig, TransformersBackend
 from forethought.policies import (
     ActionSchema,
@@ -59,29 +60,16 @@ WAREHOUSE_EVENTS: list[dict[str, Any]] = [
     {"type": "estop", "deadline_ms": 200, "weight": 0.5},
     {"type": "spill", "deadline_ms": 800, "weight": 1, "params": {"distance_m": [1, 2]}},
 ]
-ACTION = {
-    "type": "object",
-    "properties": {
-        "action": {
-            "enum": [
-                "stop",
-                "slow_down",
-                "continue",
-                "turn_left",
-                "turn_right",
-                "reverse",
-                "dock",
-                "wait",
-            ]
-        },
-        "speed": {"type": "number", "minimum": 0, "maximum": 1.5},
-    },
-    "required": ["action", "speed"],
-}
 DESCRIPTION = (
     "You drive an autonomous mobile robot in a warehouse. Keep people and goods "
     "safe; prefer stopping when unsure."
 )
+
+
+async def _cpu_per_s(seconds: float) -> float:
+    cpu0 = time.process_time()
+    await asyncio.sleep(seconds)
+    return (time.process_time() - cpu0) / seconds
 
 
 async def _planner_run(
@@ -108,6 +96,8 @@ async def _planner_run(
     box.append(planner)
     out: dict[str, Any] = {"keys": len(space)}
     loop = asyncio.get_running_loop()
+    # Baseline: what this process burns with the model loaded and nothing running at all.
+    out["baseline_cpu_s_per_s"] = await _cpu_per_s(2.0)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(planner.run(), name="forethought.planner")
         # 1. cold start: time until the first state's 8 most likely events are covered
@@ -137,9 +127,7 @@ async def _planner_run(
         # 4. asleep: CPU used by this process while nothing is left to plan (after torch's
         # OpenMP workers, which spin briefly after their last op, have gone idle)
         await asyncio.sleep(0.5)
-        cpu0 = time.process_time()
-        await asyncio.sleep(1.0)
-        out["asleep_cpu_s_per_s"] = time.process_time() - cpu0
+        out["asleep_cpu_s_per_s"] = await _cpu_per_s(2.0)
         # 5. a state change: time to cover the new state's 8 most likely events
         busy0 = planner.stats.busy_s
         t2 = loop.time()
@@ -166,7 +154,8 @@ async def _planner_run(
         f" of the wall time while work remained"
     )
     say(
-        f"  asleep: {out['asleep_cpu_s_per_s'] * 1e3:.1f} ms CPU per s; urgent caller waited "
+        f"  asleep: {out['asleep_cpu_s_per_s'] * 1e3:.1f} ms CPU per s (idle process baseline "
+        f"{out['baseline_cpu_s_per_s'] * 1e3:.1f}); urgent caller waited "
         f"{out['urgent_wait_ms']} ms for a busy planner"
     )
     return out
@@ -247,7 +236,11 @@ def planner_targets(r: dict[str, Any]) -> dict[str, tuple[float, str, float]]:
             ">=",
             0.90,
         ),
-        "CPU while asleep (s per s)": (r["asleep_cpu_s_per_s"], "<=", 0.01),
+        "CPU asleep above idle baseline (s/s)": (
+            r["asleep_cpu_s_per_s"] - r["baseline_cpu_s_per_s"],
+            "<=",
+            0.005,
+        ),
         "forecaster gap to best (500 ev)": (r["forecaster"]["gap"], "<=", 0.05),
         "snapshot 10k save+load (s)": (
             r["snapshot"]["save_s"] + r["snapshot"]["load_s"],

@@ -198,40 +198,55 @@ class Planner:
 
     # -- ranking ------------------------------------------------------------------------------
 
-    def _urgency(self, key: EventKey) -> float:
-        budget = self._space.deadline_ms(key) / 1e3 - self._config.margin_s
+    def _urgencies(self) -> dict[str, float]:
+        """Urgency per event type: high where the live tiers could not answer in time."""
         lat = self._backend.latency
         live = lat.call(32, lat.typical_steps()).p95
-        return 1.0 if budget < live else self._config.relaxed_urgency
+        cfg = self._config
+        return {
+            name: 1.0 if spec.deadline_ms / 1e3 - cfg.margin_s < live else cfg.relaxed_urgency
+            for name, spec in self._space.types.items()
+        }
 
     def candidates(self) -> list[Branch]:
-        """Uncovered branches worth planning, most valuable first."""
+        """Uncovered branches worth planning, most valuable first.
+
+        Runs on the event loop after every observed event, so it stays cheap: urgencies are
+        computed once per type, and a level stops at the first key whose probability alone
+        is below ``min_value`` (keys come most likely first).
+        """
         now = self._now()
         cfg = self._config
+        urgency = self._urgencies()
+        types = self._space.types
         out: list[Branch] = []
         levels: list[tuple[WorldState, float, EventKey | None]] = [(self._state, 1.0, None)]
         for depth in range(cfg.max_depth):
             next_levels: list[tuple[WorldState, float, EventKey | None]] = []
+            expand = depth + 1 < cfg.max_depth
             for state, reach, previous in levels:
                 fp = state.fingerprint
-                if previous is None:
-                    dist = self._forecaster.top(fp, len(self._space))
-                else:
-                    dist = self._forecaster.top(fp, len(self._space), previous)
+                dist = self._forecaster.top(fp, len(self._space), previous)
                 for rank, (key, p) in enumerate(dist):
-                    spec = self._space.types[key.type]
-                    after = state.after(spec, key)
-                    nxt = after.fingerprint if after.fingerprint != fp else None
-                    if depth + 1 < cfg.max_depth and nxt is not None and rank < cfg.expand_top:
-                        next_levels.append((after, reach * p, key))
+                    joint = reach * p
+                    if joint < cfg.min_value and not (expand and rank < cfg.expand_top):
+                        break
+                    spec = types[key.type]
+                    nxt = None
+                    if spec.effects:
+                        after = state.after(spec, key)
+                        if after.fingerprint != fp:
+                            nxt = after.fingerprint
+                            if expand and rank < cfg.expand_top:
+                                next_levels.append((after, joint, key))
                     if self._tree.lookup(fp, key) is not None:
                         continue
                     retry = self._retry_at.get((fp, key))
                     if retry is not None and retry[0] > now:
                         continue
-                    value = reach * p * self._urgency(key)
+                    value = joint * urgency[key.type]
                     if value >= cfg.min_value:
-                        out.append(Branch(state, key, reach * p, value, nxt))
+                        out.append(Branch(state, key, joint, value, nxt))
             levels = next_levels
         out.sort(key=lambda b: -b.value)
         return out
@@ -254,6 +269,8 @@ class Planner:
         """Plan forever (until cancelled)."""
         while True:
             self._wake.clear()
+            # Let ready I/O callbacks (a decision being published) go before ranking work.
+            await asyncio.sleep(0)
             batch = self._next_batch()
             if not batch:
                 self.sleeping = True

@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import multiprocessing as mp
 from collections.abc import Sequence
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any, Self, cast
 
@@ -122,18 +123,7 @@ def _worker_main(
 
 def _strip(g: Generation) -> Generation:
     # The action's class was built in this process; the parent re-parses the text.
-    return Generation(
-        g.status,
-        None,
-        g.text,
-        g.prompt_tokens,
-        g.prefill_tokens,
-        g.output_tokens,
-        g.forced_tokens,
-        g.started_at,
-        g.first_token_at,
-        g.finished_at,
-    )
+    return replace(g, action=None)
 
 
 def _serve(
@@ -178,7 +168,8 @@ class ProcessBackend:
     """A ModelBackend whose model runs in a worker process (see the module docstring).
 
     Takes the same arguments as :class:`TransformersBackend`; ``async with`` starts the worker
-    (which loads and warms the model) and stops it.
+    (which loads and warms the model) and stops it. The worker is *spawned*, so a script that
+    uses it needs the usual ``if __name__ == "__main__":`` guard.
     """
 
     def __init__(
@@ -295,32 +286,9 @@ class ProcessBackend:
         if g.status is not GenerationStatus.DONE:
             return g
         try:
-            action = schema.parse(g.text, form)
+            return replace(g, action=schema.parse(g.text, form))
         except InvalidAction:
-            return Generation(
-                GenerationStatus.INVALID,
-                None,
-                g.text,
-                g.prompt_tokens,
-                g.prefill_tokens,
-                g.output_tokens,
-                g.forced_tokens,
-                g.started_at,
-                g.first_token_at,
-                g.finished_at,
-            )
-        return Generation(
-            g.status,
-            action,
-            g.text,
-            g.prompt_tokens,
-            g.prefill_tokens,
-            g.output_tokens,
-            g.forced_tokens,
-            g.started_at,
-            g.first_token_at,
-            g.finished_at,
-        )
+            return replace(g, status=GenerationStatus.INVALID)
 
     async def prepare(self, schema: ActionSchema) -> None:
         """Compile the schema's grammar in the worker."""

@@ -238,8 +238,9 @@ async def test_bounded_queue_drops_the_oldest(broker: Broker, agent_id: str) -> 
         assert bus.stats.dropped_full == 3
 
 
-async def test_simulator_replays_through_the_broker(broker: Broker, agent_id: str,
-                                                    tmp_path: Any) -> None:
+async def test_simulator_replays_through_the_broker(
+    broker: Broker, agent_id: str, tmp_path: Any
+) -> None:
     import yaml
 
     from forethought.sims import load_scenario, metrics, replay_over_mqtt
@@ -252,8 +253,9 @@ async def test_simulator_replays_through_the_broker(broker: Broker, agent_id: st
     path.write_text(yaml.safe_dump(data))
     scenario = load_scenario(path)
     bus = MqttBus(url=broker.url, agent_id=agent_id)
-    backend = ScriptedBackend(score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001,
-                              live_action={"a": "go"})
+    backend = ScriptedBackend(
+        score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, live_action={"a": "go"}
+    )
     async with Agent(SPEC, backend=backend, bus=bus, config=AgentConfig()):
         await bus.wait_connected(10)
         run = await replay_over_mqtt(scenario, url=broker.url, agent_id=agent_id)

@@ -205,3 +205,24 @@ def test_shipped_scenario_end_to_end_on_the_embedded_model(
     for run in runs.values():
         for r in run.records:
             schema.validate(r.action)  # no invalid action, whatever the model wrote
+
+
+def test_real_clock_replay_runs_on_the_wall_clock(tmp_path: Path) -> None:
+    data = {
+        **BASE,
+        "trace": [
+            {"at_ms": 0, "type": "ping", "params": {"d": 1}},
+            {"at_ms": 400, "type": "ping", "params": {"d": 2}},
+        ],
+    }
+    scenario = load_scenario(write(tmp_path, data))
+    backend = ScriptedBackend(live_s=0.02, live_action={"a": "go"})
+    import time
+
+    t0 = time.monotonic()
+    runs = replay(scenario, backend, strategies=("live",), clock="real", speed=4.0)
+    wall = time.monotonic() - t0
+    assert 0.1 <= wall < 2.0  # 400 ms of scenario at 4x, plus two 20 ms calls
+    recs = runs["live"].records
+    assert [r.met for r in recs] == [True, True]
+    assert all(15.0 <= r.latency_ms < 150.0 for r in recs)
