@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +42,7 @@ from ._event import Event
 __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
 
 log = logging.getLogger("forethought.executor")
+_R = TypeVar("_R")
 
 
 class ExecutorConfig(BaseModel):
@@ -289,62 +290,68 @@ class Executor:
             self.stats.invalid += 1
             return None, approximate
 
-    def _fits(self, seconds: float, end: float) -> bool:
-        return asyncio.get_running_loop().time() + seconds <= end
-
-    async def _score(self, prompt: Prompt, end: float, skipped: list[tuple[str, str]]) -> Any:
-        assert self._backend is not None
-        if not self._config.use_score or self._candidates is None:
-            skipped.append(("score", "action space not enumerable"))
-            return None
-        lat = self._backend.latency
-        predicted = lat.prefill(self._config.event_tokens + self._cand_tokens).p95
-        if not self._fits(predicted, end):
-            skipped.append(("score", f"p95 {predicted * 1e3:.1f} ms does not fit"))
+    async def _model_call(
+        self,
+        tier: str,
+        predicted_s: float,
+        end: float,
+        call: Callable[[], Awaitable[_R]],
+        skipped: list[tuple[str, str]],
+    ) -> _R | None:
+        """Run one model tier if its p95 fits, holding the model, abandoned at the budget."""
+        if asyncio.get_running_loop().time() + predicted_s > end:
+            skipped.append((tier, f"p95 {predicted_s * 1e3:.1f} ms does not fit"))
             return None
         try:
             async with asyncio.timeout_at(end), self._gate.urgent():
-                scores = await self._backend.score(
-                    prompt, self._candidates, self._schema, deadline=end
-                )
+                return await call()
         except TimeoutError:
-            skipped.append(("score", "timed out at the budget"))
-            return None
-        except Exception as exc:
+            skipped.append((tier, "timed out at the budget"))
+        except Exception as exc:  # any model failure falls to the next tier
             self.stats.model_errors += 1
-            log.warning("score tier failed: %r", exc)
-            skipped.append(("score", f"error: {exc!r}"[:200]))
+            log.warning("%s tier failed: %r", tier, exc)
+            skipped.append((tier, f"error: {exc!r}"[:200]))
+        return None
+
+    async def _score(self, prompt: Prompt, end: float, skipped: list[tuple[str, str]]) -> Any:
+        backend, cands = self._backend, self._candidates
+        assert backend is not None
+        if not self._config.use_score or cands is None:
+            skipped.append(("score", "action space not enumerable"))
+            return None
+        predicted = backend.latency.prefill(self._config.event_tokens + self._cand_tokens).p95
+        scores = await self._model_call(
+            "score",
+            predicted,
+            end,
+            lambda: backend.score(prompt, cands, self._schema, deadline=end),
+            skipped,
+        )
+        if scores is None:
             return None
         if scores.best is None:
             skipped.append(("score", scores.status.value))
             return None
-        return self._validated(self._candidates[scores.best], skipped, "score")
+        return self._validated(cands[scores.best], skipped, "score")
 
     async def _live(self, prompt: Prompt, end: float, skipped: list[tuple[str, str]]) -> Any:
-        assert self._backend is not None
+        backend = self._backend
+        assert backend is not None
         if not self._config.use_live:
             skipped.append(("live", "disabled"))
             return None
-        lat = self._backend.latency
+        lat = backend.latency
         predicted = lat.call(self._config.event_tokens, lat.typical_steps()).p95
-        if not self._fits(predicted, end):
-            skipped.append(("live", f"p95 {predicted * 1e3:.1f} ms does not fit"))
-            return None
-        try:
-            async with asyncio.timeout_at(end), self._gate.urgent():
-                gen = await self._backend.generate(
-                    prompt,
-                    self._schema,
-                    deadline=end,
-                    max_new_tokens=self._config.live_max_new_tokens,
-                )
-        except TimeoutError:
-            skipped.append(("live", "timed out at the budget"))
-            return None
-        except Exception as exc:
-            self.stats.model_errors += 1
-            log.warning("live tier failed: %r", exc)
-            skipped.append(("live", f"error: {exc!r}"[:200]))
+        gen = await self._model_call(
+            "live",
+            predicted,
+            end,
+            lambda: backend.generate(
+                prompt, self._schema, deadline=end, max_new_tokens=self._config.live_max_new_tokens
+            ),
+            skipped,
+        )
+        if gen is None:
             return None
         if gen.action is None:
             skipped.append(("live", gen.status.value))
