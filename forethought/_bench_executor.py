@@ -24,7 +24,7 @@ import aiomqtt
 import numpy as np
 import orjson
 
-from forethought._bench import BENCH_ACTION
+from forethought._bench_model import BENCH_ACTION
 from forethought.planner import ModelBackend, PlannerConfig, ProcessBackend, TransformersBackend
 from forethought.policies import AgentSpec
 from forethought.runtime import Event, MqttBus, Tier

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from forethought._bench import BENCH_ACTION as ACTION
+from forethought._bench_model import BENCH_ACTION as ACTION
 from forethought.planner import Forecaster, ModelGate, Planner, PlannerConfig, TransformersBackend
 from forethought.policies import (
     ActionSchema,

@@ -2,7 +2,8 @@
 
 from ._backend import CancelSignal, Generation, GenerationStatus, ModelBackend, Scores
 from ._clock import Clock, MonotonicClock
-from ._decoding import Decoder, DecodeResult, RowResult, ScoreResult, StopReason
+from ._decode_run import DecodeResult, RowResult, ScoreResult, StopReason
+from ._decoding import Decoder
 from ._forecaster import Forecaster
 from ._gate import ModelGate
 from ._grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine

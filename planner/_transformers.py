@@ -27,7 +27,8 @@ from forethought.policies import (
 
 from ._backend import CancelSignal, Generation, GenerationStatus, Scores
 from ._clock import Clock, MonotonicClock
-from ._decoding import Decoder, DecodeResult, RowResult, StopReason
+from ._decode_run import DecodeResult, RowResult, StopReason
+from ._decoding import Decoder
 from ._grammar import ENGINES, GrammarEngine, make_engine
 from ._latency import LatencyModel
 from ._model_source import DEFAULT_MODEL, LoadedModel, load_model, resolve_model

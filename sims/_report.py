@@ -189,7 +189,11 @@ def write_report(directory: Path, scenario: Scenario, runs: Mapping[str, Strateg
             ax.plot(t, busy, color="purple", linewidth=1, linestyle=":", label="planner busy")
         ax.set_ylim(-0.05, 1.1)
         ax.set_ylabel(name)
-    axes[0, 0].legend(loc="upper left", ncol=6, fontsize=7, bbox_to_anchor=(0, 1.5))
+    seen: dict[str, Any] = {}
+    for ax in axes[:, 0]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=6, fontsize=7)
     axes[-1, 0].set_xlabel("scenario time (s)")
     images["timeline.png"] = _png(fig)
     plt.close(fig)
