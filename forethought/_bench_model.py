@@ -346,7 +346,7 @@ class ModelBench:
         b = self.b
         step = b.latency.step(1).p50
         rng = random.Random(7)
-        trials = 10 if self.quick else 40
+        trials = 6 if self.quick else 40
         over, cuts, not_started = [], 0, 0
         for i in range(trials):
             budget = rng.uniform(0.05, 1.2)
