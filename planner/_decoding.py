@@ -373,20 +373,26 @@ class Decoder:
             positions.extend(range(base + h, base + h + n))
             seq.extend(t)
         progress[0] = StopReason.DEADLINE  # from here on, a stop is a cut, not a refusal
+        # Token t[0] is predicted by the head's last position, t[j] by the tail's (j-1)th: only
+        # those rows of the vocabulary projection are computed.
+        wanted = sorted(
+            {h - 1}
+            | {off + j - 1 for t, off in zip(tails, starts, strict=True) for j in range(1, len(t))}
+        )
+        row = {pos: i for i, pos in enumerate(wanted)}
         logits, _ = self._forward(
             torch.tensor([seq]),
             allow[None, None],
             torch.tensor([positions]),
             self._cache_for(prefix, 1),
-            keep=q,
+            keep=torch.tensor(wanted),
             prefill=True,
         )
         lp = torch.log_softmax(logits[0], dim=-1)
         scores = []
         for t, off in zip(tails, starts, strict=True):
-            # Token t[0] is predicted by the head's last position; t[j] by the tail's (j-1)th.
-            total = float(lp[h - 1, t[0]])
-            total += sum(float(lp[off + j - 1, t[j]]) for j in range(1, len(t)))
+            total = float(lp[row[h - 1], t[0]])
+            total += sum(float(lp[row[off + j - 1], t[j]]) for j in range(1, len(t)))
             scores.append(total)
         return scores
 
@@ -397,7 +403,7 @@ class Decoder:
         pos: torch.Tensor,
         cache: Any,
         *,
-        keep: int,
+        keep: int | torch.Tensor,
         prefill: bool,
     ) -> tuple[torch.Tensor, Any]:
         """One timed forward pass; its time feeds the latency model."""
