@@ -106,7 +106,7 @@ class ModelBench:
         """T against N_out (cached prefix, fixed lengths) and against N_in (no reuse)."""
         d, p = self.b.decoder, self.b.prompts
         prefix, own = p.encode(Prompt(CONTEXT, EVENTS[0]), self.schema)
-        n_outs = [4, 8, 16, 32] if self.quick else [4, 8, 16, 32, 64, 96, 128]
+        n_outs = [4, 8, 16, 24] if self.quick else [4, 8, 16, 32, 64, 96, 128]
 
         def call(n: int) -> float:
             r = d.decode(prefix, [own], deadline=_far(), max_new_tokens=n, stop_at_eos=False)
@@ -125,6 +125,14 @@ class ModelBench:
         )
         filler = p.encode_action(FILLER * 80)
         n_ins = [64, 256, 1024] if self.quick else [64, 128, 256, 512, 1024]
+        d.decode(
+            [],
+            [filler[:64]],
+            deadline=_far(),
+            max_new_tokens=8,
+            reuse_prefix=False,
+            stop_at_eos=False,
+        )  # warm
         t_in = []
         for n in n_ins:
 
@@ -139,7 +147,7 @@ class ModelBench:
                 )
                 return r.finished_at - r.started_at
 
-            t_in.append(_ms(self._median_call(pre) if n <= 256 else pre()))
+            t_in.append(_ms(pre() if self.quick or n > 256 else self._median_call(pre)))
         fit_in = _fit(n_ins, t_in)
         self.say(
             f"T vs N_in (N_out=8) {dict(zip(n_ins, t_in, strict=True))} ms; "
@@ -198,7 +206,7 @@ class ModelBench:
             "required": ["note"],
         }
         prefix, own = p.encode(Prompt(CONTEXT, EVENTS[1]), ActionSchema.from_json_schema(free))
-        n = 16 if self.quick else 48
+        n = 12 if self.quick else 48
         tok, vocab = b.loaded.tokenizer, b.loaded.model.config.vocab_size
 
         def per_pass(engine: Any = None, compiled: object = None) -> float:
@@ -237,7 +245,7 @@ class ModelBench:
         # Interleaved rounds (plain, llguidance, xgrammar, ...) so drift on a shared machine
         # lands on every variant alike; the median per variant.
         samples: dict[str, list[float]] = {"plain": [], **{k: [] for k in engines}}
-        for _ in range(3 if self.quick else 7):
+        for _ in range(2 if self.quick else 7):
             samples["plain"].append(per_pass())
             for name, (engine, compiled) in engines.items():
                 samples[name].append(per_pass(engine, compiled))
