@@ -96,7 +96,7 @@ class ModelBench:
         self.quick = quick
         self.say = say
         self.schema = ActionSchema.from_json_schema(BENCH_ACTION)
-        self.reps = 2 if quick else 7
+        self.reps = 1 if quick else 7  # after one warm call per shape
 
     def _median_call(self, fn: Callable[[], float]) -> float:
         fn()  # warm this exact shape once
