@@ -27,7 +27,7 @@ import orjson
 from forethought._bench_model import BENCH_ACTION
 from forethought.planner import ModelBackend, PlannerConfig, ProcessBackend, TransformersBackend
 from forethought.policies import AgentSpec
-from forethought.runtime import Event, MqttBus, Tier
+from forethought.runtime import Event, MqttBus, Tier, payload_bytes
 
 from ._agent import Agent
 from ._config import AgentConfig
@@ -165,8 +165,7 @@ async def _mqtt_run(
 
         async def receive() -> None:
             async for m in client.messages:
-                raw = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
-                body = orjson.loads(raw)
+                body = orjson.loads(payload_bytes(m))
                 t = sent.pop(body["id"], None)
                 if t is not None:
                     rtt.append(time.perf_counter() - t)

@@ -17,7 +17,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from forethought.policies import ConfigError
-from forethought.runtime import MqttBus, parse_mqtt_url
+from forethought.runtime import MqttBus, parse_mqtt_url, payload_bytes
 
 from ._agent import Agent
 from ._config import AgentConfig
@@ -106,10 +106,7 @@ async def send_event(
         try:
             async with asyncio.timeout(wait_s):
                 async for message in client.messages:
-                    raw = message.payload
-                    reply: dict[str, Any] = orjson.loads(
-                        raw if isinstance(raw, bytes | str) else str(raw)
-                    )
+                    reply: dict[str, Any] = orjson.loads(payload_bytes(message))
                     reply["round_trip_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
                     return reply
         except TimeoutError:

@@ -4,7 +4,7 @@ from ._bus import EventBus, InProcessBus
 from ._decision import Decision, Tier
 from ._event import Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
-from ._mqtt import MqttBus, MqttStats, parse_mqtt_url
+from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
 
 __all__ = [
     "Decision",
@@ -21,4 +21,5 @@ __all__ = [
     "Tier",
     "parse_mqtt_url",
     "parse_payload",
+    "payload_bytes",
 ]

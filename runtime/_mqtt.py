@@ -34,7 +34,7 @@ from forethought.policies import ConfigError, InvalidEvent
 from ._decision import Decision
 from ._event import Event, ReplyTo, parse_payload
 
-__all__ = ["MqttBus", "MqttStats", "parse_mqtt_url"]
+__all__ = ["MqttBus", "MqttStats", "parse_mqtt_url", "payload_bytes"]
 
 log = logging.getLogger("forethought.mqtt")
 
@@ -49,6 +49,12 @@ def parse_mqtt_url(url: str) -> tuple[str, int]:
     except ValueError:
         raise ConfigError("mqtt", url, "the port is not a number") from None
     return parts.hostname, port
+
+
+def payload_bytes(message: aiomqtt.Message) -> bytes:
+    """A message's payload as bytes (aiomqtt types it as bytes, str, numbers or None)."""
+    raw = message.payload
+    return raw if isinstance(raw, bytes) else str(raw).encode()
 
 
 @dataclass(slots=True)
@@ -182,9 +188,7 @@ class MqttBus:
 
     async def _receive(self, message: aiomqtt.Message) -> None:
         self.stats.received += 1
-        raw = (
-            message.payload if isinstance(message.payload, bytes) else str(message.payload).encode()
-        )
+        raw = payload_bytes(message)
         try:
             payload = parse_payload(raw, max_bytes=self._max_bytes)
         except InvalidEvent as exc:

@@ -19,7 +19,7 @@ import orjson
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from forethought.runtime import parse_mqtt_url
+from forethought.runtime import parse_mqtt_url, payload_bytes
 
 from ._replay import Record, StrategyRun, _accepts, _deadline_ms
 from ._scenario import Scenario
@@ -59,8 +59,7 @@ async def replay_over_mqtt(
         async def receive() -> None:
             async for m in client.messages:
                 now = time.perf_counter()
-                raw = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
-                body = orjson.loads(raw)
+                body = orjson.loads(payload_bytes(m))
                 index = int(str(body.get("id", "")).rsplit("-", 1)[-1])
                 if index in sent and index not in got:
                     got[index] = (now - sent[index], body)

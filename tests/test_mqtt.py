@@ -17,7 +17,7 @@ from paho.mqtt.properties import Properties
 from scripted import ScriptedBackend
 
 from forethought import Agent, AgentConfig, AgentSpec
-from forethought.runtime import MqttBus
+from forethought.runtime import MqttBus, payload_bytes
 
 pytestmark = pytest.mark.broker
 
@@ -51,7 +51,7 @@ class Listener:
         async for m in self.client.messages:
             if "/events/" in m.topic.value:
                 continue  # our own test events
-            raw = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
+            raw = payload_bytes(m)
             kind = m.topic.value.rsplit("/", 1)[-1]
             item = {"body": orjson.loads(raw), "props": m.properties, "retain": m.retain}
             self.got.setdefault(kind, []).append(item)
