@@ -18,7 +18,7 @@ from pydantic_settings import (
 )
 
 from forethought.planner import DEFAULT_MODEL, PlannerConfig
-from forethought.policies import ConfigError
+from forethought.policies import ConfigError, first_problem
 from forethought.runtime import ExecutorConfig
 
 __all__ = ["AgentConfig", "MqttConfig"]
@@ -84,6 +84,5 @@ class AgentConfig(BaseSettings):
         try:
             return bound(**overrides)  # type: ignore[no-any-return]
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "config"
-            raise ConfigError(where, err.get("input"), err["msg"]) from None
+            where, value, problem = first_problem(exc)
+            raise ConfigError(where or "config", value, problem) from None

@@ -13,6 +13,7 @@ from ._errors import (
     PromptTooLong,
     SchemaError,
     SnapshotError,
+    first_problem,
 )
 from ._events import EventKey, EventSpace, EventType, Grid
 from ._spec import SCENARIO_KEYS, AgentSpec, load_document
@@ -42,5 +43,6 @@ __all__ = [
     "SchemaError",
     "SnapshotError",
     "WorldState",
+    "first_problem",
     "load_document",
 ]

@@ -22,6 +22,11 @@ field and the value. Run-time errors carry the data a caller needs to react (``l
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 __all__ = [
     "BackendError",
     "ConfigError",
@@ -34,6 +39,7 @@ __all__ = [
     "PromptTooLong",
     "SchemaError",
     "SnapshotError",
+    "first_problem",
 ]
 
 
@@ -122,3 +128,19 @@ class BackendError(ForethoughtError):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+def first_problem(exc: ValidationError, prefix: str = "") -> tuple[str, object, str]:
+    """The field path, offending input and message of a pydantic error's first problem.
+
+    Paths read as in the source document: ``events[0].params.x`` (list indices in brackets;
+    pydantic's union-member tags such as ``list[str]`` are left out).
+    """
+    err = exc.errors()[0]
+    path = prefix
+    for part in err["loc"]:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif "[" not in part:
+            path += f".{part}" if path else part
+    return path, err.get("input"), err["msg"]

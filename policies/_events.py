@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ._errors import ConfigError
+from ._errors import ConfigError, first_problem
 
 __all__ = ["EventKey", "EventSpace", "EventType", "Grid"]
 
@@ -93,9 +93,8 @@ class EventType(BaseModel):
                 try:
                     out[name] = Grid.model_validate(domain)
                 except ValidationError as exc:
-                    first = exc.errors()[0]
-                    where = ".".join(str(p) for p in first["loc"])
-                    detail = f"{where}: {first['msg']}" if where else first["msg"]
+                    where, _, msg = first_problem(exc)
+                    detail = f"{where}: {msg}" if where else msg
                     raise ValueError(f"parameter {name!r}: {detail}") from None
                 continue
             out[name] = domain
@@ -195,10 +194,7 @@ class EventSpace:
             try:
                 types.append(EventType.model_validate(spec))
             except ValidationError as exc:
-                err = exc.errors()[0]
-                loc = ".".join(str(p) for p in err["loc"] if p not in ("list[...]",))
-                path = f"events[{i}]" + (f".{loc}" if loc else "")
-                raise ConfigError(path, err.get("input"), err["msg"]) from None
+                raise ConfigError(*first_problem(exc, f"events[{i}]")) from None
         return cls(types)
 
     @property

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._action import ActionSchema
-from ._errors import ConfigError, ForethoughtError
+from ._errors import ConfigError, ForethoughtError, first_problem
 from ._events import EventSpace, EventType
 
 __all__ = ["SCENARIO_KEYS", "AgentSpec", "load_document"]
@@ -87,16 +87,8 @@ def _model_name(name: str) -> str:
 
 
 def _config_error(source: str, exc: ValidationError) -> ConfigError:
-    err = exc.errors()[0]
-    parts: list[str] = []
-    for p in err["loc"]:
-        if isinstance(p, int):
-            parts.append(f"[{p}]")
-        else:
-            parts.append(f".{p}" if parts else str(p))
-    where = "".join(parts)
-    field = f"{source}: {where}" if where else source
-    return ConfigError(field, err.get("input"), err["msg"])
+    where, value, problem = first_problem(exc)
+    return ConfigError(f"{source}: {where}" if where else source, value, problem)
 
 
 def load_document(path: str | Path) -> Any:

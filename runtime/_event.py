@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from forethought.policies import InvalidEvent
+from forethought.policies import InvalidEvent, first_problem
 
 __all__ = ["Event", "EventPayload", "ReplyTo", "parse_payload"]
 
@@ -123,6 +123,5 @@ def parse_payload(raw: bytes | str | dict[str, Any], *, max_bytes: int) -> Event
     try:
         return EventPayload.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "payload"
-        raise InvalidEvent(where, err.get("input"), err["msg"]) from None
+        where, value, problem = first_problem(exc)
+        raise InvalidEvent(where or "payload", value, problem) from None

@@ -16,7 +16,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from forethought.policies import SCENARIO_KEYS, AgentSpec, ConfigError, Grid, load_document
+from forethought.policies import (
+    SCENARIO_KEYS,
+    AgentSpec,
+    ConfigError,
+    Grid,
+    first_problem,
+    load_document,
+)
 
 __all__ = ["Generate", "Scenario", "TraceEvent", "load_scenario"]
 
@@ -119,17 +126,13 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         scenario = Scenario.model_validate({"spec": spec, **rest})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        parts: list[str] = []
-        for p in err["loc"]:
-            parts.append(f"[{p}]" if isinstance(p, int) else (f".{p}" if parts else str(p)))
-        raise ConfigError(
-            f"{path}: {''.join(parts) or 'scenario'}", err.get("input"), err["msg"]
-        ) from None
+        where, value, problem = first_problem(exc)
+        raise ConfigError(f"{path}: {where or 'scenario'}", value, problem) from None
+    schema = spec.action_schema()
     for i, ev in enumerate(scenario.trace):
         for j, accept in enumerate(ev.accept or []):
             try:
-                spec.action_schema().validate(
+                schema.validate(
                     accept | {k: v for k, v in spec.default_action.items() if k not in accept}
                 )
             except Exception as exc:
