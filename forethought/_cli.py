@@ -61,13 +61,26 @@ def _parser() -> argparse.ArgumentParser:
     send.add_argument("--agent-id", default="agent")
     send.add_argument("--deadline-ms", type=float, default=None)
     send.add_argument("--wait", type=float, default=10.0, help="seconds to wait for the answer")
-    sim = sub.add_parser("sim", help="replay a scenario: live vs tree vs hybrid, with reports")
-    sim.add_argument("scenario", type=Path, help="scenario file (YAML or JSON)")
-    sim.add_argument("--strategy", default="all", help="all, live, tree, hybrid (comma list)")
+    sim = sub.add_parser(
+        "sim", help="replay a scenario: live-naive, live, tree, hybrid side by side, with reports"
+    )
+    sim.add_argument("scenario", type=Path, nargs="?", help="scenario file (YAML or JSON)")
+    sim.add_argument(
+        "--strategy", default="all", help="all, or a comma list of live-naive, live, tree, hybrid"
+    )
+    sim.add_argument(
+        "--matrix",
+        action="store_true",
+        help="every shipped scenario (or the one given) under every shipped profile: one table",
+    )
+    sim.add_argument("--seed", type=int, default=None, help="seeds the charged model time")
     sim.add_argument("--clock", default="virtual", choices=["virtual", "real"])
     sim.add_argument("--speed", type=float, default=1.0, help="compress time (real clock)")
     sim.add_argument(
-        "--profile", default=None, help="simulated device, e.g. step_ms=8.6,prefill_us_per_token=50"
+        "--profile",
+        default=None,
+        help="simulated device: a shipped profile (cpu-2core-smollm2, design-note-gpu, gpu-8b, "
+        "cpu-8b-q4), measured, or step_ms=8.6,prefill_us_per_token=50",
     )
     sim.add_argument("--model", default=DEFAULT_MODEL)
     sim.add_argument("--device", default="auto")
@@ -91,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "bench":
-            from forethought._bench import run_bench  # noqa: PLC0415 - loads torch
+            from forethought.bench import run_bench  # noqa: PLC0415 - loads torch
 
             run_bench(
                 model=args.model,
@@ -102,10 +115,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json_path=args.json,
                 suite=args.suite,
             )
+        elif args.command == "sim" and args.matrix:
+            from forethought._sim import run_matrix  # noqa: PLC0415 - loads torch
+
+            run_matrix(
+                scenarios=[args.scenario] if args.scenario else None,
+                profiles=[args.profile] if args.profile else None,
+                model=args.model,
+                device=args.device,
+                dtype=args.dtype,
+                json_path=args.json,
+            )
         elif args.command == "sim":
             from forethought._sim import run_sim  # noqa: PLC0415 - loads torch
 
+            if args.scenario is None:
+                raise ConfigError("scenario", None, "give a scenario file (or --matrix)")
             run_sim(
+                seed=args.seed,
                 scenario_path=args.scenario,
                 strategy=args.strategy,
                 clock=args.clock,
@@ -121,13 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 agent_id=args.agent_id,
             )
         elif args.command == "run":
-            from forethought._serve import run_agent  # noqa: PLC0415
+            from forethought._commands import run_agent  # noqa: PLC0415
 
             return asyncio.run(
                 run_agent(args.spec, mqtt=args.mqtt, agent_id=args.agent_id, config=args.config)
             )
         elif args.command == "send":
-            from forethought._serve import send_event  # noqa: PLC0415
+            from forethought._commands import send_event  # noqa: PLC0415
 
             try:
                 params = orjson.loads(args.params)

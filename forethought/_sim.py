@@ -1,44 +1,39 @@
-"""``forethought sim``: replay a scenario, strategies side by side, and report."""
+"""``forethought sim``: replay a scenario (or every shipped one), strategies side by side."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from forethought.planner import LatencyProfile, TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
+    PROFILES,
     STRATEGIES,
     Scenario,
     StrategyRun,
+    add_references,
     load_scenario,
+    metrics,
+    profile_figures,
     replay,
     replay_over_mqtt,
+    resolve_profile,
+    shipped_scenarios,
     table,
     write_decisions,
     write_json,
     write_report,
 )
 
-__all__ = ["parse_profile", "run_sim"]
+__all__ = ["run_matrix", "run_sim"]
 
-
-def parse_profile(text: str) -> LatencyProfile:
-    """``step_ms=8.6,prefill_us_per_token=50`` -> a profile."""
-    try:
-        pairs = dict(item.split("=", 1) for item in text.split(",") if item)
-        return LatencyProfile.from_figures(
-            step_ms=float(pairs.pop("step_ms")),
-            prefill_us_per_token=float(pairs.pop("prefill_us_per_token")),
-        )
-    except (KeyError, ValueError) as exc:
-        raise ConfigError(
-            "--profile", text, f"expected step_ms=X,prefill_us_per_token=Y ({exc})"
-        ) from None
+DEFAULT_PROFILE = "cpu-2core-smollm2"
 
 
 def _progress(total: int) -> Callable[[], None]:
@@ -57,6 +52,38 @@ def _progress(total: int) -> Callable[[], None]:
     return tick
 
 
+def _strategies(text: str) -> tuple[str, ...]:
+    if text == "all":
+        return STRATEGIES
+    names = tuple(s.strip() for s in text.split(","))
+    bad = [n for n in names if n not in STRATEGIES]
+    if bad:
+        raise ConfigError("--strategy", text, f"unknown {bad}; choose from {STRATEGIES} or all")
+    return names
+
+
+def _profile(
+    given: str | None, scenario: Scenario, backend: TransformersBackend
+) -> tuple[str, LatencyProfile]:
+    if given is not None:
+        name = given if (given in PROFILES or given == "measured") else "given"
+        return name, resolve_profile(given, backend)
+    if isinstance(scenario.profile, str):
+        return scenario.profile, resolve_profile(scenario.profile, backend)
+    if scenario.profile is not None:
+        return "scenario", LatencyProfile.from_figures(
+            step_ms=scenario.profile.step_ms,
+            prefill_us_per_token=scenario.profile.prefill_us_per_token,
+        )
+    return DEFAULT_PROFILE, PROFILES[DEFAULT_PROFILE]
+
+
+def _load(model: str, device: str, dtype: str) -> TransformersBackend:
+    backend = TransformersBackend(model=model, device=device, dtype=dtype)
+    backend.load()
+    return backend
+
+
 def run_sim(
     *,
     mqtt: str | None = None,
@@ -72,20 +99,11 @@ def run_sim(
     json_path: Path | None,
     decisions: Path | None,
     report: Path | None,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """Load, replay, print the table, write the outputs."""
     scenario = load_scenario(scenario_path)
-    if strategy == "all":
-        names = STRATEGIES + (("live-compact",) if scenario.live_form == "verbose" else ())
-    else:
-        names = tuple(s.strip() for s in strategy.split(","))
-        bad = [n for n in names if n not in (*STRATEGIES, "live-compact")]
-        if bad:
-            raise ConfigError(
-                "--strategy",
-                strategy,
-                f"unknown {bad}; choose from {', '.join(STRATEGIES)}, live-compact or all",
-            )
+    names = _strategies(strategy)
     if clock not in ("virtual", "real"):
         raise ConfigError("--clock", clock, "choose virtual or real")
     if mqtt is not None:
@@ -112,25 +130,14 @@ def run_sim(
             decisions=decisions,
             report=report,
         )
-    backend = TransformersBackend(model=model, device=device, dtype=dtype)
-    backend.load()
-    if profile is not None:
-        prof = parse_profile(profile)
-        source = "given"
-    elif scenario.profile is not None:
-        prof = LatencyProfile.from_figures(
-            step_ms=scenario.profile.step_ms,
-            prefill_us_per_token=scenario.profile.prefill_us_per_token,
-        )
-        source = "scenario"
-    else:
-        prof = backend.latency.profile()
-        source = "measured"
+    backend = _load(model, device, dtype)
+    pname, prof = _profile(profile, scenario, backend)
     n = len(scenario.events()) * len(names)
     print(
         f"replaying {scenario.name}: {len(scenario.events())} events x {', '.join(names)} "
-        f"({clock} clock, {source} profile: step {prof.step_base_s * 1e3:.2f} ms, prefill "
-        f"{prof.prefill_per_token_s * 1e6:.0f} us/token)",
+        f"({clock} clock, profile {pname}: step {prof.step_base_s * 1e3:.2f} ms, prefill "
+        f"{prof.prefill_per_token_s * 1e6:.0f} us/token; "
+        f"seed {scenario.seed if seed is None else seed})",
         file=sys.stderr,
         flush=True,
     )
@@ -142,14 +149,15 @@ def run_sim(
         profile=prof,
         speed=speed,
         progress=_progress(n),
+        seed=seed,
     )
-    pdict = {k: round(v, 9) for k, v in asdict(prof).items()} | {"source": source}
+    add_references(scenario, runs, backend)
     return _outputs(
         scenario,
         runs,
         model=model,
         clock=clock,
-        profile=pdict,
+        profile={"name": pname, **profile_figures(prof)},
         json_path=json_path,
         decisions=decisions,
         report=report,
@@ -167,6 +175,7 @@ def _outputs(
     decisions: Path | None,
     report: Path | None,
 ) -> dict[str, Any]:
+    print(f"profile: {profile.get('name', '-')}; model: {model}; clock: {clock}")
     print(table(scenario, runs))
     if json_path is not None:
         write_json(json_path, scenario, runs, model=model, clock=clock, profile=profile)
@@ -178,3 +187,68 @@ def _outputs(
         index = write_report(report, scenario, runs)
         print(f"report: {index}")
     return {"runs": runs}
+
+
+def run_matrix(
+    *,
+    scenarios: list[Path] | None,
+    profiles: list[str] | None,
+    model: str,
+    device: str,
+    dtype: str,
+    json_path: Path | None,
+) -> list[dict[str, Any]]:
+    """Every scenario under every profile, all strategies; one summary table (and JSON)."""
+    backend = _load(model, device, dtype)
+    paths = scenarios or shipped_scenarios()
+    names = profiles or list(PROFILES)
+    rows: list[dict[str, Any]] = []
+    header = (
+        f"{'scenario':<22}{'profile':<19}{'strategy':<11}"
+        f"{'correct_in_time':>16}{'answered_in_time':>17}{'fallback':>9}{'fidelity':>9}"
+    )
+    print(header)
+    for path in paths:
+        scenario = load_scenario(path)
+        for pname in names:
+            prof = resolve_profile(pname, backend)
+            runs = replay(scenario, backend, profile=prof)
+            add_references(scenario, runs, backend)
+            for sname, run in runs.items():
+                m = metrics(run)
+                row = {
+                    "scenario": scenario.name,
+                    "profile": pname,
+                    "strategy": sname,
+                    **{
+                        k: m[k]
+                        for k in (
+                            "correct_in_time",
+                            "answered_in_time",
+                            "fallback_rate",
+                            "correct",
+                            "fidelity",
+                            "deadline_hit_rate",
+                            "events",
+                            "graded",
+                        )
+                    },
+                }
+                rows.append(row)
+                print(
+                    f"{scenario.name:<22}{pname:<19}{sname:<11}"
+                    f"{_pc(m['correct_in_time']):>16}{_pc(m['answered_in_time']):>17}"
+                    f"{_pc(m['fallback_rate']):>9}{_pc(m['fidelity']):>9}",
+                    flush=True,
+                )
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_bytes(
+            orjson.dumps({"model": model, "rows": rows}, option=orjson.OPT_INDENT_2)
+        )
+        print(f"json: {json_path}")
+    return rows
+
+
+def _pc(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"

@@ -1,13 +1,20 @@
 """The model layer and the idle-time planner: backends, grammars, latency, prompts."""
 
-from ._backend import CancelSignal, Generation, GenerationStatus, ModelBackend, Scores
-from ._clock import Clock, MonotonicClock
-from ._decode_run import DecodeResult, RowResult, ScoreResult, StopReason
+from ._backend import (
+    CancelSignal,
+    DecodeOptions,
+    Generation,
+    GenerationStatus,
+    ModelBackend,
+    Scores,
+)
+from ._clock import Clock, LoopClock, MonotonicClock
+from ._decode_run import DecodeResult, RowResult, ScoreResult
 from ._decoding import Decoder
 from ._forecaster import Forecaster
 from ._gate import ModelGate
 from ._grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
-from ._latency import LatencyModel, LatencyProfile, Prediction
+from ._latency import LatencyModel, LatencyPredictor, LatencyProfile, Prediction
 from ._model_source import (
     DEFAULT_MODEL,
     LoadedModel,
@@ -19,6 +26,7 @@ from ._model_source import (
 from ._planner import Branch, Planner, PlannerConfig, PlannerStats
 from ._process import ProcessBackend
 from ._prompt import Prompt, PromptEncoder, describe_format, state_context
+from ._scripted import ScriptedBackend, ScriptMode
 from ._transformers import TransformersBackend
 
 __all__ = [
@@ -26,6 +34,7 @@ __all__ = [
     "Branch",
     "CancelSignal",
     "Clock",
+    "DecodeOptions",
     "DecodeResult",
     "Decoder",
     "Forecaster",
@@ -35,8 +44,10 @@ __all__ = [
     "GrammarMatcher",
     "LLGuidanceEngine",
     "LatencyModel",
+    "LatencyPredictor",
     "LatencyProfile",
     "LoadedModel",
+    "LoopClock",
     "ModelBackend",
     "ModelGate",
     "ModelSource",
@@ -51,7 +62,8 @@ __all__ = [
     "RowResult",
     "ScoreResult",
     "Scores",
-    "StopReason",
+    "ScriptMode",
+    "ScriptedBackend",
     "TransformersBackend",
     "XGrammarEngine",
     "cache_root",

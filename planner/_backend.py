@@ -1,15 +1,18 @@
 """The model backend protocol: what the planner and the executor ask of a model.
 
-Three calls, each with an absolute ``deadline`` on the caller's clock and a cancel signal:
+As small as httpx's transport: an async lifecycle, a latency predictor, and two calls, each
+with an absolute ``deadline`` on the event loop's clock and an optional cancel signal:
 
-* :meth:`ModelBackend.generate` -- one action for one prompt;
-* :meth:`ModelBackend.generate_batch` -- actions for many events sharing one context (the
-  planner's branches), in one batch on one cached prefix;
-* :meth:`ModelBackend.score` -- the likelihood of candidate actions for one prompt, all
-  candidates in one batched pass.
+* :meth:`ModelBackend.generate` -- one action per event, all events sharing one context (the
+  state), in one batch on one cached prefix (the planner's branches; the live tier is a batch
+  of one);
+* :meth:`ModelBackend.score` -- the likelihood of candidate actions for one event, all
+  candidates in one pass.
 
 A call never returns half an action: a :class:`Generation` either holds a validated action
 (``status`` is ``DONE``) or says why not (cut at the deadline, cancelled, not started, invalid).
+How a backend decodes (compact or verbose form, prefix reuse, jump-forward) is its
+configuration (:class:`DecodeOptions`), never an argument of a call.
 """
 
 from __future__ import annotations
@@ -18,24 +21,32 @@ import enum
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel
 
+from forethought.policies import ActionForm
+
 if TYPE_CHECKING:
-    from forethought.policies import ActionForm, ActionSchema
+    from forethought.policies import ActionSchema
 
-    from ._latency import LatencyModel
-    from ._prompt import Prompt
+    from ._latency import LatencyPredictor
 
-__all__ = ["CancelSignal", "Generation", "GenerationStatus", "ModelBackend", "Scores"]
+__all__ = [
+    "CancelSignal",
+    "DecodeOptions",
+    "Generation",
+    "GenerationStatus",
+    "ModelBackend",
+    "Scores",
+]
 
 
 class GenerationStatus(enum.Enum):
-    """How a model call ended."""
+    """How a model call (or one row of it) ended: the one status enum of the model layer."""
 
     DONE = "done"
-    """A complete, validated action."""
+    """A complete action (validated, when it leaves a backend)."""
     DEADLINE = "deadline"
     """Stopped before the pass that would have overshot the deadline."""
     CANCELLED = "cancelled"
@@ -43,7 +54,7 @@ class GenerationStatus(enum.Enum):
     NOT_STARTED = "not_started"
     """Predicted not to fit the deadline, so nothing ran."""
     LENGTH = "length"
-    """Ran out of ``max_new_tokens`` before the action was complete."""
+    """Ran out of ``max_new_tokens`` (or into a grammar dead end) before the action was done."""
     INVALID = "invalid"
     """Complete output that failed validation (kept in ``text`` for diagnosis)."""
 
@@ -55,6 +66,27 @@ class GenerationStatus(enum.Enum):
             GenerationStatus.CANCELLED,
             GenerationStatus.NOT_STARTED,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeOptions:
+    """How a backend decodes.
+
+    The defaults are the production path; the benchmark and the simulator's naive live caller
+    configure the others.
+
+    Args:
+        form: compact (short aliases, no spaces) or verbose (readable keys and a reason).
+        constrained: apply the action grammar (off: free text, validated afterwards).
+        reuse_prefix: keep the KV cache of the shared context between calls.
+        jump_forward: feed the tokens the grammar forces in one pass.
+
+    """
+
+    form: ActionForm = ActionForm.COMPACT
+    constrained: bool = True
+    reuse_prefix: bool = True
+    jump_forward: bool = True
 
 
 class CancelSignal:
@@ -97,7 +129,7 @@ class Generation:
     action: BaseModel | None
     """The validated, readable action; None unless ``status`` is DONE."""
     text: str
-    """What the model wrote (compact JSON when DONE)."""
+    """What the model wrote (compact JSON when DONE in the compact form)."""
     prompt_tokens: int
     prefill_tokens: int
     """Tokens prefilled by this call (0 for a cached prefix)."""
@@ -121,7 +153,7 @@ class Generation:
 
 @dataclass(frozen=True, slots=True)
 class Scores:
-    """Candidate log-likelihoods for one prompt; ``best`` indexes the winner."""
+    """Candidate log-likelihoods for one event; ``best`` indexes the winner."""
 
     status: GenerationStatus
     scores: tuple[float, ...] | None
@@ -143,7 +175,16 @@ class Scores:
 
 @runtime_checkable
 class ModelBackend(Protocol):
-    """What the planner and the executor need from a model."""
+    """What the planner and the executor need from a model.
+
+    ``async with backend:`` starts it (loads the model, opens a connection) on the running
+    loop, whose clock its deadlines are then on; leaving the block stops it. A call made
+    before the start raises :class:`~forethought.policies.NotStarted`.
+    """
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
 
     @property
     def model_id(self) -> str:
@@ -151,8 +192,8 @@ class ModelBackend(Protocol):
         ...
 
     @property
-    def latency(self) -> LatencyModel:
-        """The latency model, kept current by every call."""
+    def latency(self) -> LatencyPredictor:
+        """Predicted call times, kept current by every call."""
         ...
 
     async def prepare(self, schema: ActionSchema) -> None:
@@ -160,19 +201,6 @@ class ModelBackend(Protocol):
         ...
 
     async def generate(
-        self,
-        prompt: Prompt,
-        schema: ActionSchema,
-        *,
-        deadline: float,
-        cancel: CancelSignal | None = None,
-        max_new_tokens: int = 64,
-        form: ActionForm | None = None,
-    ) -> Generation:
-        """Generate one action for ``prompt``, stopping before ``deadline``."""
-        ...
-
-    async def generate_batch(
         self,
         context: str,
         events: Sequence[str],
@@ -182,17 +210,18 @@ class ModelBackend(Protocol):
         cancel: CancelSignal | None = None,
         max_new_tokens: int = 64,
     ) -> list[Generation]:
-        """Generate one action per event, all sharing ``context``, in one batch."""
+        """One action per event, all sharing ``context``, in one batch; stops by ``deadline``."""
         ...
 
     async def score(
         self,
-        prompt: Prompt,
+        context: str,
+        event: str,
         candidates: Sequence[BaseModel],
         schema: ActionSchema,
         *,
         deadline: float,
         cancel: CancelSignal | None = None,
     ) -> Scores:
-        """Score candidate actions for ``prompt`` in one batched pass."""
+        """Score candidate actions for ``event`` in one pass; stops by ``deadline``."""
         ...

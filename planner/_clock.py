@@ -1,30 +1,96 @@
-"""The one clock model calls are measured against.
+"""The one clock: model calls read the time of the event loop that made them.
 
-Deadlines are absolute times on the caller's clock. The runtime's clock is the event loop's
-(``loop.time()``, which is :func:`time.monotonic` on asyncio's default loops), so the backend,
-which runs model work on a worker thread, reads the same clock through this protocol. A virtual
-clock (the simulator's) implements the same two members.
+Deadlines are absolute times on the event loop's clock (``loop.time()``). The model runs on a
+worker thread, so it reads that same clock through a :class:`Clock` the backend is given when
+it starts on a loop (:class:`LoopClock`). Every forward pass goes through :meth:`Clock.timed`:
+on a real clock it measures the pass; the simulator's virtual clock (``forethought.sims``)
+instead charges the pass what its device profile predicts, on the same timeline the deadlines
+are on. The decoder therefore has one implementation of "not started", "cut before the pass
+that would overshoot" and "cancelled at the next pass boundary", whichever clock runs it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Clock", "MonotonicClock"]
+if TYPE_CHECKING:
+    from ._latency import Prediction
+
+__all__ = ["Clock", "LoopClock", "MonotonicClock"]
+
+_T = TypeVar("_T")
 
 
 @runtime_checkable
 class Clock(Protocol):
-    """A source of absolute time in seconds; must be safe to read from any thread."""
+    """A source of absolute time in seconds that model work is measured (or charged) on.
+
+    ``now`` and ``timed`` are called from the model's worker thread; ``begin_call`` on the
+    event loop just before a call is handed to that thread, ``end_call`` from the thread when
+    the call's work is over (a virtual clock keeps time still in between, except while a pass
+    is being charged).
+    """
 
     def now(self) -> float:
         """The current time in seconds."""
         ...
 
+    def timed(self, work: Callable[[], _T], predicted: Prediction) -> tuple[_T, float]:
+        """Run one forward pass; return its result and the seconds it took on this clock."""
+        ...
 
-class MonotonicClock:
-    """:func:`time.monotonic`: the clock behind ``asyncio``'s default event loops."""
+    def begin_call(self) -> None:
+        """A model call is about to start on the worker (called on the event loop)."""
+        ...
+
+    def end_call(self) -> None:
+        """The model call's work is over (called from the worker)."""
+        ...
+
+
+class _RealTime:
+    """Shared behaviour of the real clocks: a pass takes the time it takes."""
+
+    __slots__ = ()
+
+    def now(self) -> float:
+        raise NotImplementedError
+
+    def timed(self, work: Callable[[], _T], predicted: Prediction) -> tuple[_T, float]:
+        """Run ``work`` and measure it."""
+        start = self.now()
+        out = work()
+        return out, self.now() - start
+
+    def begin_call(self) -> None:
+        """Nothing to do: real time passes by itself."""
+
+    def end_call(self) -> None:
+        """Nothing to do: real time passes by itself."""
+
+
+class LoopClock(_RealTime):
+    """The clock of one event loop, readable from any thread.
+
+    asyncio's default loops read :func:`time.monotonic`; a loop with its own ``time()`` (a
+    virtual one) is read the same way, so a backend's deadlines are always the loop's.
+    """
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def now(self) -> float:
+        """The loop's time."""
+        return self._loop.time()
+
+
+class MonotonicClock(_RealTime):
+    """:func:`time.monotonic`, for a backend used without an event loop (scripts, benches)."""
 
     __slots__ = ()
 

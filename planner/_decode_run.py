@@ -1,30 +1,20 @@
-"""The values one decode call works with: stop reasons, per-row results, the run state."""
+"""The values one decode call works with: per-row results and the run state.
+
+A row's stop reason is the model layer's one status enum, :class:`GenerationStatus`: ``DONE``
+here means the grammar (or EOS) completed the output; the backend then validates it.
+"""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from ._backend import GenerationStatus
 
 if TYPE_CHECKING:
     from ._grammar import GrammarMatcher
 
-__all__ = ["DecodeResult", "RowResult", "Run", "ScoreResult", "StopReason"]
-
-
-class StopReason(enum.Enum):
-    """Why a row stopped decoding."""
-
-    COMPLETE = "complete"
-    """The grammar (or EOS, unconstrained) finished the output."""
-    DEADLINE = "deadline"
-    """The next pass was predicted to end after the deadline."""
-    CANCELLED = "cancelled"
-    """The cancel signal was set."""
-    LENGTH = "length"
-    """``max_new_tokens`` were written without finishing."""
-    NOT_STARTED = "not_started"
-    """The call was predicted not to fit its deadline, so no pass ran."""
+__all__ = ["DecodeResult", "RowResult", "Run", "ScoreResult"]
 
 
 @dataclass(slots=True)
@@ -32,7 +22,7 @@ class RowResult:
     """The tokens one row produced and why it stopped."""
 
     tokens: list[int] = field(default_factory=list)
-    reason: StopReason | None = None
+    reason: GenerationStatus | None = None
     """None while the row is still decoding."""
     forced: int = 0
     """Tokens fed by jump-forward rather than sampled."""
@@ -56,10 +46,10 @@ class DecodeResult:
 
 @dataclass(frozen=True, slots=True)
 class ScoreResult:
-    """Candidate log-likelihoods (None unless ``reason`` is COMPLETE) and when they came."""
+    """Candidate log-likelihoods (None unless ``reason`` is DONE) and when they came."""
 
     scores: tuple[float, ...] | None
-    reason: StopReason
+    reason: GenerationStatus
     started_at: float
     finished_at: float
 
@@ -88,29 +78,29 @@ class Run:
         """Take row ``r``'s chosen token; return what to feed next (empty: the row stopped)."""
         res, m = self.results[r], self.matchers[r]
         if m is None and token in self.eos:
-            res.reason = StopReason.COMPLETE
+            res.reason = GenerationStatus.DONE
             return []
         if m is not None and not m.accept(token):
             # Every token masked (a grammar dead end): nothing valid can follow.
-            res.reason = StopReason.LENGTH
+            res.reason = GenerationStatus.LENGTH
             return []
         res.tokens.append(token)
         forced = m.jump_forward() if (m is not None and jump_forward) else []
         res.tokens.extend(forced)
         res.forced += len(forced)
         if m is not None and m.done:
-            res.reason = StopReason.COMPLETE
+            res.reason = GenerationStatus.DONE
             return []
         if len(res.tokens) >= self.max_new_tokens:
-            res.reason = StopReason.LENGTH
+            res.reason = GenerationStatus.LENGTH
             return []
         return [token, *forced]
 
-    def stop_open(self, reason: StopReason) -> None:
+    def stop_open(self, reason: GenerationStatus) -> None:
         """Give every row still decoding the stop ``reason``."""
         for res in self.results:
             if res.reason is None:
                 res.reason = reason
-                if reason is StopReason.NOT_STARTED:  # nothing ran: no forced opening either
+                if reason is GenerationStatus.NOT_STARTED:  # nothing ran: no forced opening either
                     res.tokens.clear()
                     res.forced = 0

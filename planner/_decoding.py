@@ -24,9 +24,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._backend import GenerationStatus
 from ._clock import Clock
-from ._decode_run import DecodeResult, RowResult, Run, ScoreResult, StopReason
-from ._latency import LatencyModel
+from ._decode_run import DecodeResult, RowResult, Run, ScoreResult
+from ._latency import LatencyModel, Prediction
 
 if TYPE_CHECKING:
     import torch
@@ -95,6 +96,15 @@ class Decoder:
         self.prefix_misses = 0
 
     @property
+    def clock(self) -> Clock:
+        """The clock passes are timed (or charged) on and deadlines are read on."""
+        return self._clock
+
+    def use_clock(self, clock: Clock) -> None:
+        """Read time from ``clock`` from now on (the backend's, once it starts on a loop)."""
+        self._clock = clock
+
+    @property
     def device(self) -> torch.device:
         """Where the model's weights live."""
         dev: torch.device = self._model.device
@@ -114,13 +124,15 @@ class Decoder:
             self.prefix_hits += 1
             return hit
         self.prefix_misses += 1
-        self._check(deadline, cancel, self._latency.prefill(len(key)).p95)
-        t0 = self._clock.now()
+        predicted = self._latency.prefill(len(key))
+        self._check(deadline, cancel, predicted.p95)
         inp = torch.tensor([key], device=self.device)
-        out = self._model(input_ids=inp, use_cache=True, logits_to_keep=1)
+        out, seconds = self._clock.timed(
+            lambda: self._model(input_ids=inp, use_cache=True, logits_to_keep=1), predicted
+        )
         cache = out.cache
         kv = [(layer.keys, layer.values) for layer in cache.layers]
-        self._latency.observe_prefill(len(key), self._clock.now() - t0)
+        self._latency.observe_prefill(len(key), seconds)
         entry = _Prefix(kv, len(key))
         self._prefixes[key] = entry
         while len(self._prefixes) > self._prefix_cap:
@@ -194,10 +206,12 @@ class Decoder:
                     prefix_ids, own, run, deadline, cancel, engine, reuse_prefix, jump_forward
                 )
         except Cancelled:
-            run.stop_open(StopReason.CANCELLED)
+            run.stop_open(GenerationStatus.CANCELLED)
         except DeadlineStop:
-            run.stop_open(StopReason.DEADLINE if run.prefilled else StopReason.NOT_STARTED)
-        if run.passes and any(r.reason is StopReason.COMPLETE for r in results):
+            run.stop_open(
+                GenerationStatus.DEADLINE if run.prefilled else GenerationStatus.NOT_STARTED
+            )
+        if run.passes and any(r.reason is GenerationStatus.DONE for r in results):
             self._latency.observe_action(run.passes)
         return DecodeResult(
             rows=results,
@@ -316,14 +330,14 @@ class Decoder:
             lcp = max(lcp - 1, 0)
             tails = [list(c[lcp:]) for c in candidates]
         head = [*own_ids, *candidates[0][:lcp]]
-        progress = [StopReason.NOT_STARTED]
+        progress = [GenerationStatus.NOT_STARTED]
         scores: list[float] | None = None
         try:
             with _inference():
                 scores = self._score_passes(prefix_ids, head, tails, deadline, cancel, progress)
-            progress[0] = StopReason.COMPLETE
+            progress[0] = GenerationStatus.DONE
         except Cancelled:
-            progress[0] = StopReason.CANCELLED
+            progress[0] = GenerationStatus.CANCELLED
         except DeadlineStop:
             pass
         return ScoreResult(
@@ -340,7 +354,7 @@ class Decoder:
         tails: list[list[int]],
         deadline: float,
         cancel: threading.Event | None,
-        progress: list[StopReason],
+        progress: list[GenerationStatus],
     ) -> list[float]:
         """One forward pass over ``head`` and every tail, as a tree.
 
@@ -372,7 +386,7 @@ class Decoder:
             ).tril()
             positions.extend(range(base + h, base + h + n))
             seq.extend(t)
-        progress[0] = StopReason.DEADLINE  # from here on, a stop is a cut, not a refusal
+        progress[0] = GenerationStatus.DEADLINE  # from here on, a stop is a cut, not a refusal
         # Token t[0] is predicted by the head's last position, t[j] by the tail's (j-1)th: only
         # those rows of the vocabulary projection are computed.
         wanted = sorted(
@@ -406,20 +420,25 @@ class Decoder:
         keep: int | torch.Tensor,
         prefill: bool,
     ) -> tuple[torch.Tensor, Any]:
-        """One timed forward pass; its time feeds the latency model."""
-        t0 = self._clock.now()
-        out = self._model(
-            input_ids=ids.to(self.device),
-            attention_mask=attn.to(self.device),
-            position_ids=pos.to(self.device),
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=keep,
-        )
-        logits = out.logits.float().cpu() if self.device.type != "cpu" else out.logits.float()
-        elapsed = self._clock.now() - t0
+        """One forward pass, timed (or charged) by the clock; its time feeds the latency model."""
+        n = int(ids.numel())
+        predicted: Prediction = self._latency.prefill(n) if prefill else self._latency.step(n)
+
+        def run() -> tuple[torch.Tensor, Any]:
+            out = self._model(
+                input_ids=ids.to(self.device),
+                attention_mask=attn.to(self.device),
+                position_ids=pos.to(self.device),
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=keep,
+            )
+            dev = self.device.type
+            return (out.logits.float().cpu() if dev != "cpu" else out.logits.float()), out.cache
+
+        (logits, new_cache), elapsed = self._clock.timed(run, predicted)
         if prefill:
-            self._latency.observe_prefill(int(ids.numel()), elapsed)
+            self._latency.observe_prefill(n, elapsed)
         else:
-            self._latency.observe_step(int(ids.numel()), elapsed)
-        return logits, out.cache
+            self._latency.observe_step(n, elapsed)
+        return logits, new_cache

@@ -16,10 +16,11 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["LatencyModel", "LatencyProfile", "Prediction"]
+__all__ = ["LatencyModel", "LatencyPredictor", "LatencyProfile", "Prediction"]
 
 _WINDOW = 256
 _FIT_POINTS = 64
@@ -57,6 +58,27 @@ class LatencyProfile:
             step_per_row_s=step_ms / 1e3 * 0.02,
             spread95=1.0,
         )
+
+
+@runtime_checkable
+class LatencyPredictor(Protocol):
+    """Predicted call times: what the executor and the planner ask before a model call."""
+
+    def prefill(self, tokens: int) -> Prediction:
+        """Predicted time of one prefill pass over ``tokens`` new tokens."""
+        ...
+
+    def step(self, rows: int = 1) -> Prediction:
+        """Predicted time of one decode pass over ``rows`` tokens (rows x tokens per row)."""
+        ...
+
+    def call(self, prefill_tokens: int, steps: int, rows: int = 1) -> Prediction:
+        """Predicted time of a whole call: one prefill and ``steps`` decode passes."""
+        ...
+
+    def typical_steps(self, default: int = 8) -> int:
+        """The median number of decode passes a completed action has needed."""
+        ...
 
 
 class _Law:

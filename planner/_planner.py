@@ -42,6 +42,8 @@ class PlannerConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    enabled: bool = True
+    """Whether the agent runs a planner at all (off: the live tiers and the default only)."""
     batch_size: int = Field(default=8, ge=1, le=64)
     """Most branches generated in one batch."""
     max_prefill_s: float = Field(default=0.6, gt=0)
@@ -289,7 +291,7 @@ class Planner:
         async with self._gate.background() as cancel:
             t0 = self._now()
             try:
-                gens = await self._backend.generate_batch(
+                gens = await self._backend.generate(
                     context,
                     events,
                     self._schema,

@@ -24,22 +24,21 @@ from typing import Any, Self, cast
 from pydantic import BaseModel
 
 from forethought.policies import (
-    ActionForm,
     ActionSchema,
     BackendError,
     ConfigError,
     DeadlinePassed,
     ForethoughtError,
     InvalidAction,
+    NotStarted,
     PromptTooLong,
     SchemaError,
 )
 
-from ._backend import CancelSignal, Generation, GenerationStatus, Scores
+from ._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus, Scores
 from ._grammar import ENGINES
 from ._latency import LatencyModel
 from ._model_source import DEFAULT_MODEL, resolve_model
-from ._prompt import Prompt
 
 __all__ = ["ProcessBackend"]
 
@@ -133,18 +132,7 @@ def _serve(
         backend.prepare_sync(schema)
         return None
     if method == "generate":
-        return _strip(
-            backend.generate_sync(
-                args["prompt"],
-                schema,
-                cancel=cancel,
-                deadline=args["deadline"],
-                max_new_tokens=args["max_new_tokens"],
-                form=args["form"],
-            )
-        )
-    if method == "generate_batch":
-        gens = backend.generate_batch_sync(
+        gens = backend.generate_sync(
             args["context"],
             args["events"],
             schema,
@@ -155,7 +143,8 @@ def _serve(
         return [_strip(g) for g in gens]
     if method == "score":
         return backend.score_sync(
-            args["prompt"],
+            args["context"],
+            args["event"],
             [schema.validate(c) for c in args["cands"]],
             schema,
             deadline=args["deadline"],
@@ -180,6 +169,7 @@ class ProcessBackend:
         dtype: str = "auto",
         grammar: str = "llguidance",
         prefix_cache_size: int = 8,
+        options: DecodeOptions | None = None,
         nice: int = 10,
         threads: int | None = None,
     ) -> None:
@@ -192,7 +182,9 @@ class ProcessBackend:
             "dtype": dtype,
             "grammar": grammar,
             "prefix_cache_size": prefix_cache_size,
+            "options": options or DecodeOptions(),
         }
+        self._form = (options or DecodeOptions()).form
         self._model_id = model
         self._nice = nice
         self._threads = threads
@@ -258,7 +250,7 @@ class ProcessBackend:
         self, method: str, schema: ActionSchema, args: dict[str, Any], cancel: CancelSignal | None
     ) -> Any:
         if self._conn is None or self._lock is None:
-            raise RuntimeError("ProcessBackend is not started: use `async with`")
+            raise NotStarted("ProcessBackend")
         async with self._lock:  # the worker serves one call at a time
             self._cancel.clear()
             if cancel is not None:
@@ -282,11 +274,11 @@ class ProcessBackend:
             raise _decode_error(reply[2], reply[3])
         return reply[2]
 
-    def _reparse(self, schema: ActionSchema, g: Generation, form: ActionForm) -> Generation:
+    def _reparse(self, schema: ActionSchema, g: Generation) -> Generation:
         if g.status is not GenerationStatus.DONE:
             return g
         try:
-            return replace(g, action=schema.parse(g.text, form))
+            return replace(g, action=schema.parse(g.text, self._form))
         except InvalidAction:
             return replace(g, status=GenerationStatus.INVALID)
 
@@ -295,31 +287,6 @@ class ProcessBackend:
         await self._call("prepare", schema, {}, None)
 
     async def generate(
-        self,
-        prompt: Prompt,
-        schema: ActionSchema,
-        *,
-        deadline: float,
-        cancel: CancelSignal | None = None,
-        max_new_tokens: int = 64,
-        form: ActionForm | None = None,
-    ) -> Generation:
-        """Generate one action in the worker."""
-        form = form or ActionForm.COMPACT
-        g = await self._call(
-            "generate",
-            schema,
-            {
-                "prompt": prompt,
-                "deadline": deadline,
-                "max_new_tokens": max_new_tokens,
-                "form": form,
-            },
-            cancel,
-        )
-        return self._reparse(schema, g, form)
-
-    async def generate_batch(
         self,
         context: str,
         events: Sequence[str],
@@ -331,7 +298,7 @@ class ProcessBackend:
     ) -> list[Generation]:
         """Generate one action per event in one batch in the worker."""
         gens = await self._call(
-            "generate_batch",
+            "generate",
             schema,
             {
                 "context": context,
@@ -341,11 +308,12 @@ class ProcessBackend:
             },
             cancel,
         )
-        return [self._reparse(schema, g, ActionForm.COMPACT) for g in gens]
+        return [self._reparse(schema, g) for g in gens]
 
     async def score(
         self,
-        prompt: Prompt,
+        context: str,
+        event: str,
         candidates: Sequence[BaseModel],
         schema: ActionSchema,
         *,
@@ -355,6 +323,9 @@ class ProcessBackend:
         """Score candidates in one pass in the worker."""
         cands = [schema.readable(schema.validate(c)) for c in candidates]
         result: Scores = await self._call(
-            "score", schema, {"prompt": prompt, "cands": cands, "deadline": deadline}, cancel
+            "score",
+            schema,
+            {"context": context, "event": event, "cands": cands, "deadline": deadline},
+            cancel,
         )
         return result

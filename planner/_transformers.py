@@ -1,15 +1,19 @@
 """TransformersBackend: the shipped :class:`ModelBackend` on a local transformers model.
 
 One worker thread owns the model (forward passes of one model do not overlap usefully, and
-torch already spreads one pass over the cores), so calls run one at a time, in order. Awaiting
-a call never blocks the event loop; cancelling the awaiting task sets the call's cancel signal,
-which the worker honours before its next forward pass.
+torch already spreads one pass over the cores), so calls run one at a time, in order: a call
+holds the device from the moment it is handed to the worker until the worker is done with it,
+even when its caller stopped waiting. Awaiting a call never blocks the event loop; cancelling
+the awaiting task sets the call's cancel signal, which the worker honours before its next
+forward pass. Every pass reads (or is charged on) the backend's :class:`Clock`: the clock of
+the loop it was started on, unless one is given.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar
@@ -22,12 +26,13 @@ from forethought.policies import (
     ConfigError,
     DeadlinePassed,
     InvalidAction,
+    NotStarted,
     PromptTooLong,
 )
 
-from ._backend import CancelSignal, Generation, GenerationStatus, Scores
-from ._clock import Clock, MonotonicClock
-from ._decode_run import DecodeResult, RowResult, StopReason
+from ._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus, Scores
+from ._clock import Clock, LoopClock, MonotonicClock
+from ._decode_run import DecodeResult, RowResult
 from ._decoding import Decoder
 from ._grammar import ENGINES, GrammarEngine, make_engine
 from ._latency import LatencyModel
@@ -37,19 +42,13 @@ from ._prompt import Prompt, PromptEncoder
 __all__ = ["TransformersBackend"]
 
 _T = TypeVar("_T")
-_STATUS = {
-    StopReason.DEADLINE: GenerationStatus.DEADLINE,
-    StopReason.CANCELLED: GenerationStatus.CANCELLED,
-    StopReason.NOT_STARTED: GenerationStatus.NOT_STARTED,
-    StopReason.LENGTH: GenerationStatus.LENGTH,
-}
 
 
 class TransformersBackend:
     """A local Hugging Face model (alias, directory, GGUF or hub id) as a ModelBackend.
 
-    Construction only validates; :meth:`load` (or ``async with``) loads the model, builds the
-    grammar engine and warms the latency model up.
+    Construction only validates; ``async with`` (or :meth:`load`, for scripts) loads the model,
+    builds the grammar engine and warms the latency model up.
 
     Args:
         model: ``smollm2-135m`` (the embedded default), a directory, a ``.gguf`` file, or a
@@ -57,9 +56,11 @@ class TransformersBackend:
         device: ``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``auto`` (bf16 on CUDA that supports it, else fp32), or a dtype name.
         grammar: the grammar engine, ``llguidance`` (default) or ``xgrammar``.
-        clock: the caller's clock, which deadlines are on (default: monotonic, as asyncio's).
+        clock: the clock deadlines are on (default: the loop's that starts the backend, or
+            monotonic time for a backend loaded without a loop).
         prefix_cache_size: how many prompt prefixes keep their KV cache.
         latency: a latency model to use (default: a fresh one, seeded by the warm-up).
+        options: how to decode (default: compact, constrained, prefix reuse, jump-forward).
 
     """
 
@@ -73,69 +74,107 @@ class TransformersBackend:
         clock: Clock | None = None,
         prefix_cache_size: int = 8,
         latency: LatencyModel | None = None,
+        options: DecodeOptions | None = None,
     ) -> None:
         if grammar not in ENGINES:
             raise ConfigError("grammar", grammar, f"choose one of {ENGINES}")
         if prefix_cache_size < 1:
             raise ConfigError("prefix_cache_size", prefix_cache_size, "must be at least 1")
         self._source = resolve_model(model)
-        self._device = device
+        self._device_name = device
         self._dtype = dtype
         self._grammar_name = grammar
-        self._clock = clock or MonotonicClock()
+        self._clock = clock
         self._prefix_cache_size = prefix_cache_size
         self._latency = latency or LatencyModel()
+        self._options = options or DecodeOptions()
         self._loaded: LoadedModel | None = None
         self._decoder: Decoder | None = None
         self._engine: GrammarEngine | None = None
         self._prompts: PromptEncoder | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._busy: asyncio.Lock | None = None
         self.calls = 0
+
+    def sharing(
+        self,
+        *,
+        clock: Clock | None = None,
+        latency: LatencyModel | None = None,
+        options: DecodeOptions | None = None,
+    ) -> TransformersBackend:
+        """A new backend on this one's loaded weights, grammar engine and tokenizer.
+
+        Its state is its own: an empty prefix cache, its own latency model, clock and options.
+        The simulator gives each strategy one, so no strategy inherits another's warm cache.
+        """
+        loaded = self.loaded
+        twin = TransformersBackend(
+            model=self._source.location,
+            device=self._device_name,
+            dtype=self._dtype,
+            grammar=self._grammar_name,
+            clock=clock,
+            prefix_cache_size=self._prefix_cache_size,
+            latency=latency,
+            options=options or self._options,
+        )
+        twin._source = self._source
+        twin._engine, twin._prompts = self._engine, self._prompts
+        twin._adopt(loaded)
+        return twin
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def load(self, *, warm_up: bool = True) -> LoadedModel:
         """Load the model (blocking; converts and caches a GGUF the first time)."""
         if self._loaded is None:
-            loaded = load_model(self._source, device=self._device, dtype=self._dtype)
-            tok = loaded.tokenizer
-            pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-            eos = [
-                t
-                for t in (
-                    tok.eos_token_id,
-                    getattr(loaded.model.generation_config, "eos_token_id", None),
-                )
-                if t is not None
-            ]
-            flat_eos = [e for t in eos for e in (t if isinstance(t, list) else [t])]
-            self._decoder = Decoder(
-                model=loaded.model,
-                pad_id=int(pad if pad is not None else 0),
-                eos_ids=flat_eos,
-                latency=self._latency,
-                clock=self._clock,
-                prefix_cache_size=self._prefix_cache_size,
-            )
-            self._engine = make_engine(self._grammar_name, tok, loaded.model.config.vocab_size)
-            self._prompts = PromptEncoder(tok)
-            self._loaded = loaded
+            loaded = load_model(self._source, device=self._device_name, dtype=self._dtype)
+            self._engine = make_engine(self._grammar_name, loaded.tokenizer, _vocab(loaded))
+            self._prompts = PromptEncoder(loaded.tokenizer)
+            self._adopt(loaded)
             if warm_up:
-                self._warm_up()
-        return self._loaded
+                self.warm_up()
+        return self.loaded
 
-    def _warm_up(self) -> None:
+    def _adopt(self, loaded: LoadedModel) -> None:
+        tok = loaded.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        eos = [
+            t
+            for t in (
+                tok.eos_token_id,
+                getattr(loaded.model.generation_config, "eos_token_id", None),
+            )
+            if t is not None
+        ]
+        self._decoder = Decoder(
+            model=loaded.model,
+            pad_id=int(pad if pad is not None else 0),
+            eos_ids=[e for t in eos for e in (t if isinstance(t, list) else [t])],
+            latency=self._latency,
+            clock=self._clock or MonotonicClock(),
+            prefix_cache_size=self._prefix_cache_size,
+        )
+        self._loaded = loaded
+
+    def warm_up(self) -> None:
         """Seed the latency model with prefills and decode passes of a few sizes."""
-        assert self._decoder is not None
+        decoder = self.decoder
         rng = random.Random(0)
         vocab = min(self.loaded.tokenizer.vocab_size, 1000)
-        far = self._clock.now() + 3600.0
         for length, rows in ((16, 1), (64, 1), (8, 4), (128, 1), (24, 16), (8, 8)):
             batch = [[rng.randrange(5, vocab) for _ in range(length)] for _ in range(rows)]
-            self._decoder.decode([], batch, deadline=far, max_new_tokens=4, reuse_prefix=False)
+            decoder.decode([], batch, deadline=math.inf, max_new_tokens=4, reuse_prefix=False)
 
     async def __aenter__(self) -> Self:
-        await asyncio.get_running_loop().run_in_executor(self._worker(), self.load)
+        loop = asyncio.get_running_loop()
+        if self._clock is None:
+            self._clock = LoopClock(loop)
+        if self._loaded is None:
+            await loop.run_in_executor(self._worker(), self.load)
+        self.decoder.use_clock(self._clock)
+        self._busy = asyncio.Lock()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -146,6 +185,7 @@ class TransformersBackend:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._busy = None
 
     def _worker(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
@@ -167,15 +207,15 @@ class TransformersBackend:
         return self._latency
 
     @property
-    def clock(self) -> Clock:
-        """The clock deadlines are read on."""
-        return self._clock
+    def options(self) -> DecodeOptions:
+        """How this backend decodes."""
+        return self._options
 
     @property
     def loaded(self) -> LoadedModel:
-        """The loaded model; raises if :meth:`load` has not run."""
+        """The loaded model; raises NotStarted if it has not been loaded."""
         if self._loaded is None:
-            raise RuntimeError("TransformersBackend is not loaded: call load() or use async with")
+            raise NotStarted("TransformersBackend", "use `async with` (or call load())")
         return self._loaded
 
     @property
@@ -212,17 +252,45 @@ class TransformersBackend:
     # -- calls --------------------------------------------------------------------------------
 
     async def _run(self, fn: Callable[[], _T], cancel: CancelSignal) -> _T:
+        busy = self._busy
+        if busy is None:
+            raise NotStarted("TransformersBackend")
+        clock = self._clock
+        assert clock is not None
+        await busy.acquire()
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._worker(), fn)
+        future: asyncio.Future[_T] = loop.create_future()
+
+        def job() -> None:
+            # The outcome is posted to the loop *before* the clock lets time move on, so a
+            # virtual clock delivers it at the instant the work ended.
+            try:
+                out = fn()
+            except BaseException as exc:
+                loop.call_soon_threadsafe(_settle, future, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, future, out, None)
+            finally:
+                clock.end_call()
+
         try:
-            return await future
+            clock.begin_call()
+            self._worker().submit(job)
+        except BaseException:
+            busy.release()
+            raise
+        # The device is free when the worker is done, not when the caller stops waiting.
+        future.add_done_callback(lambda _: busy.release())
+        try:
+            return await asyncio.shield(future)
         except asyncio.CancelledError:
             # The thread cannot be interrupted mid-pass; it stops before the next one.
             cancel.cancel()
+            future.add_done_callback(_retrieve)
             raise
 
     def _admit(self, deadline: float, prompt_tokens: int, max_new_tokens: int) -> None:
-        now = self._clock.now()
+        now = self.decoder.clock.now()
         if now >= deadline:
             raise DeadlinePassed(deadline, now)
         limit = int(getattr(self.loaded.model.config, "max_position_embeddings", 2048))
@@ -230,38 +298,31 @@ class TransformersBackend:
             raise PromptTooLong(prompt_tokens + max_new_tokens, limit)
 
     async def prepare(self, schema: ActionSchema) -> None:
-        """Compile the compact grammar of ``schema`` now, off any event's path."""
+        """Compile the grammar of ``schema`` (in this backend's form) now, off any event's path."""
         await asyncio.get_running_loop().run_in_executor(
             self._worker(), lambda: self.prepare_sync(schema)
         )
 
-    def prepare_sync(self, schema: ActionSchema, form: ActionForm = ActionForm.COMPACT) -> None:
+    def prepare_sync(self, schema: ActionSchema) -> None:
         """Blocking :meth:`prepare`."""
-        self._compile(schema, form)
+        self._compile(schema)
 
-    def _compile(self, schema: ActionSchema, form: ActionForm) -> object:
+    def _compile(self, schema: ActionSchema) -> object:
+        form = self._options.form
         return self.engine.compile(schema.json_schema(form), spaced=form is ActionForm.VERBOSE)
 
     def _to_generation(
-        self,
-        schema: ActionSchema,
-        form: ActionForm,
-        result: DecodeResult,
-        row: RowResult,
-        *,
-        share: int = 1,
+        self, schema: ActionSchema, result: DecodeResult, row: RowResult, *, share: int = 1
     ) -> Generation:
         text = self.loaded.tokenizer.decode(row.tokens, skip_special_tokens=True)
         action = None
-        if row.reason is StopReason.COMPLETE:
+        assert row.reason is not None
+        status = row.reason
+        if status is GenerationStatus.DONE:
             try:
-                action = schema.parse(text, form)
-                status = GenerationStatus.DONE
+                action = schema.parse(text, self._options.form)
             except InvalidAction:
                 status = GenerationStatus.INVALID
-        else:
-            assert row.reason is not None
-            status = _STATUS[row.reason]
         return Generation(
             status=status,
             action=action,
@@ -277,62 +338,6 @@ class TransformersBackend:
 
     def generate_sync(
         self,
-        prompt: Prompt,
-        schema: ActionSchema,
-        *,
-        deadline: float,
-        cancel: CancelSignal | None = None,
-        max_new_tokens: int = 64,
-        form: ActionForm | None = None,
-        constrained: bool = True,
-        reuse_prefix: bool = True,
-        jump_forward: bool = True,
-    ) -> Generation:
-        """Blocking :meth:`generate`, with the switches the benchmark compares."""
-        form = form or ActionForm.COMPACT
-        prefix, own = self.prompts.encode(prompt, schema, form)
-        self._admit(deadline, len(prefix) + len(own), max_new_tokens)
-        self.calls += 1
-        compiled = self._compile(schema, form) if constrained else None
-        result = self.decoder.decode(
-            prefix,
-            [own],
-            deadline=deadline,
-            cancel=(cancel or CancelSignal()).event,
-            engine=self.engine if constrained else None,
-            compiled=compiled,
-            max_new_tokens=max_new_tokens,
-            reuse_prefix=reuse_prefix,
-            jump_forward=jump_forward,
-        )
-        return self._to_generation(schema, form, result, result.rows[0])
-
-    async def generate(
-        self,
-        prompt: Prompt,
-        schema: ActionSchema,
-        *,
-        deadline: float,
-        cancel: CancelSignal | None = None,
-        max_new_tokens: int = 64,
-        form: ActionForm | None = None,
-    ) -> Generation:
-        """Generate one constrained action for ``prompt`` before ``deadline``."""
-        cancel = cancel or CancelSignal()
-        return await self._run(
-            lambda: self.generate_sync(
-                prompt,
-                schema,
-                deadline=deadline,
-                cancel=cancel,
-                max_new_tokens=max_new_tokens,
-                form=form,
-            ),
-            cancel,
-        )
-
-    def generate_batch_sync(
-        self,
         context: str,
         events: Sequence[str],
         schema: ActionSchema,
@@ -341,11 +346,11 @@ class TransformersBackend:
         cancel: CancelSignal | None = None,
         max_new_tokens: int = 64,
     ) -> list[Generation]:
-        """Blocking :meth:`generate_batch`."""
+        """Blocking :meth:`generate`."""
         if not events:
             return []
-        form = ActionForm.COMPACT
-        encoded = [self.prompts.encode(Prompt(context, e), schema, form) for e in events]
+        opts = self._options
+        encoded = [self.prompts.encode(Prompt(context, e), schema, opts.form) for e in events]
         prefix = encoded[0][0]
         own = [o for _, o in encoded]
         self._admit(deadline, len(prefix) + max(len(o) for o in own), max_new_tokens)
@@ -355,15 +360,15 @@ class TransformersBackend:
             own,
             deadline=deadline,
             cancel=(cancel or CancelSignal()).event,
-            engine=self.engine,
-            compiled=self._compile(schema, form),
+            engine=self.engine if opts.constrained else None,
+            compiled=self._compile(schema) if opts.constrained else None,
             max_new_tokens=max_new_tokens,
+            reuse_prefix=opts.reuse_prefix,
+            jump_forward=opts.jump_forward,
         )
-        return [
-            self._to_generation(schema, form, result, row, share=len(own)) for row in result.rows
-        ]
+        return [self._to_generation(schema, result, row, share=len(own)) for row in result.rows]
 
-    async def generate_batch(
+    async def generate(
         self,
         context: str,
         events: Sequence[str],
@@ -373,10 +378,10 @@ class TransformersBackend:
         cancel: CancelSignal | None = None,
         max_new_tokens: int = 64,
     ) -> list[Generation]:
-        """Generate one action per event on one shared, cached context, in one batch."""
+        """One action per event on one shared, cached context, in one batch."""
         cancel = cancel or CancelSignal()
         return await self._run(
-            lambda: self.generate_batch_sync(
+            lambda: self.generate_sync(
                 context,
                 events,
                 schema,
@@ -389,7 +394,8 @@ class TransformersBackend:
 
     def score_sync(
         self,
-        prompt: Prompt,
+        context: str,
+        event: str,
         candidates: Sequence[BaseModel],
         schema: ActionSchema,
         *,
@@ -399,7 +405,7 @@ class TransformersBackend:
         """Blocking :meth:`score`."""
         if not candidates:
             raise ConfigError("candidates", list(candidates), "at least one candidate is needed")
-        prefix, own = self.prompts.encode(prompt, schema, ActionForm.COMPACT)
+        prefix, own = self.prompts.encode(Prompt(context, event), schema, ActionForm.COMPACT)
         texts = [schema.compact(schema.validate(c)) for c in candidates]
         ids = [self.prompts.encode_action(t) for t in texts]
         self._admit(deadline, len(prefix) + len(own) + max(len(i) for i in ids), 0)
@@ -407,13 +413,8 @@ class TransformersBackend:
         result = self.decoder.score(
             prefix, own, ids, deadline=deadline, cancel=(cancel or CancelSignal()).event
         )
-        status = (
-            GenerationStatus.DONE
-            if result.reason is StopReason.COMPLETE
-            else _STATUS[result.reason]
-        )
         return Scores(
-            status=status,
+            status=result.reason,
             scores=result.scores,
             started_at=result.started_at,
             finished_at=result.finished_at,
@@ -421,16 +422,39 @@ class TransformersBackend:
 
     async def score(
         self,
-        prompt: Prompt,
+        context: str,
+        event: str,
         candidates: Sequence[BaseModel],
         schema: ActionSchema,
         *,
         deadline: float,
         cancel: CancelSignal | None = None,
     ) -> Scores:
-        """Score candidate actions for ``prompt`` in one batched pass."""
+        """Score candidate actions for ``event`` in one batched pass."""
         cancel = cancel or CancelSignal()
         return await self._run(
-            lambda: self.score_sync(prompt, candidates, schema, deadline=deadline, cancel=cancel),
+            lambda: self.score_sync(
+                context, event, candidates, schema, deadline=deadline, cancel=cancel
+            ),
             cancel,
         )
+
+
+def _vocab(loaded: LoadedModel) -> int:
+    return int(loaded.model.config.vocab_size)
+
+
+def _settle(future: asyncio.Future[Any], out: Any, exc: BaseException | None) -> None:
+    """Hand a worker's outcome to the awaiting caller (on the loop)."""
+    if future.cancelled():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(out)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark an abandoned call's outcome as seen (its caller was cancelled)."""
+    if not future.cancelled():
+        future.exception()

@@ -6,22 +6,24 @@ from ._errors import (
     ConfigError,
     DeadlinePassed,
     ForethoughtError,
+    InputError,
     InvalidAction,
     InvalidEvent,
     InvalidState,
     ModelNotFound,
+    NoDecision,
+    NotStarted,
     PromptTooLong,
     SchemaError,
     SnapshotError,
     first_problem,
 )
 from ._events import EventKey, EventSpace, EventType, Grid
-from ._spec import SCENARIO_KEYS, AgentSpec, load_document
+from ._spec import AgentSpec, load_document
 from ._state import WorldState
 from ._tree import PolicyNode, PolicyTree
 
 __all__ = [
-    "SCENARIO_KEYS",
     "ActionForm",
     "ActionSchema",
     "AgentSpec",
@@ -33,10 +35,13 @@ __all__ = [
     "EventType",
     "ForethoughtError",
     "Grid",
+    "InputError",
     "InvalidAction",
     "InvalidEvent",
     "InvalidState",
     "ModelNotFound",
+    "NoDecision",
+    "NotStarted",
     "PolicyNode",
     "PolicyTree",
     "PromptTooLong",

@@ -3,21 +3,26 @@
 ::
 
     ForethoughtError
-     ├── ConfigError (ValueError)      bad input found at load or construction
+     ├── ConfigError (ValueError)      bad configuration, spec, scenario or argument, found at
+     │    │                            load or construction (``field``, ``value``, ``problem``)
      │    ├── SchemaError              an action schema that cannot be used or compiled
-     │    ├── ModelNotFound            an unknown model name or path, or a missing model package
-     │    ├── InvalidState             a state that is not a JSON object, or too large
-     │    └── InvalidEvent             an event payload that is malformed (``reason``)
+     │    └── ModelNotFound            an unknown model name or path, or a missing model package
+     ├── InputError (ValueError)       bad input arriving at run time (same fields)
+     │    ├── InvalidEvent             an event payload that is malformed
+     │    └── InvalidState             a state that is not a JSON object, or too large
+     ├── NotStarted (RuntimeError)     an object used before ``async with`` started it
      ├── PromptTooLong (ValueError)    a prompt that does not fit the model's context
      ├── DeadlinePassed                a call made when its deadline had already passed
      ├── InvalidAction                 model output that does not validate against the schema
      ├── SnapshotError                 a policy-tree snapshot that is corrupt or made for another
      │                                 schema or model (``reason``)
-     └── BackendError                  the model failed while running (``retryable``)
+     ├── BackendError                  the model failed while running (``retryable``)
+     └── NoDecision (TimeoutError)     no decision came back in time (``forethought send``)
 
-Usage errors (``ConfigError`` and below) are raised where the bad value enters: they name the
-field and the value. Run-time errors carry the data a caller needs to react (``late_by``,
-``raw``, ``retryable``) rather than only a message.
+Configuration errors are raised where the bad value enters, before anything runs; input errors
+while running, for one event or state, which is then refused and nothing else is affected.
+Both name the field and the value. Other run-time errors carry the data a caller needs to react
+(``late_by``, ``raw``, ``retryable``) rather than only a message.
 """
 
 from __future__ import annotations
@@ -32,10 +37,13 @@ __all__ = [
     "ConfigError",
     "DeadlinePassed",
     "ForethoughtError",
+    "InputError",
     "InvalidAction",
     "InvalidEvent",
     "InvalidState",
     "ModelNotFound",
+    "NoDecision",
+    "NotStarted",
     "PromptTooLong",
     "SchemaError",
     "SnapshotError",
@@ -47,14 +55,22 @@ class ForethoughtError(Exception):
     """Base of every error Forethought raises on purpose."""
 
 
-class ConfigError(ForethoughtError, ValueError):
-    """Raised when a configuration, spec or argument is invalid; names the field and value."""
+class _FieldProblem(ForethoughtError, ValueError):
+    """A bad value: where it is (``field``), what it was (``value``) and what is wrong."""
 
     def __init__(self, field: str, value: object, problem: str) -> None:
         super().__init__(f"{field}: {problem} (got {value!r})")
         self.field = field
         self.value = value
         self.problem = problem
+
+
+class ConfigError(_FieldProblem):
+    """Raised when a configuration, spec, scenario or argument is invalid, before running."""
+
+
+class InputError(_FieldProblem):
+    """Raised when input arriving at run time (an event, a state) is refused."""
 
 
 class SchemaError(ConfigError):
@@ -76,12 +92,30 @@ class ModelNotFound(ConfigError):
         self.install = install
 
 
-class InvalidState(ConfigError):
+class InvalidState(InputError):
     """Raised when a state (or a patch to it) is not a JSON object or exceeds the size bound."""
 
 
-class InvalidEvent(ConfigError):
+class InvalidEvent(InputError):
     """Raised when an event payload cannot be decided: not JSON, wrong fields, too large."""
+
+
+class NotStarted(ForethoughtError, RuntimeError):
+    """Raised when an object is used before ``async with`` (or ``load``) started it."""
+
+    def __init__(self, what: str, how: str = "use `async with`") -> None:
+        super().__init__(f"{what} is not started: {how}")
+        self.what = what
+
+
+class NoDecision(ForethoughtError, TimeoutError):
+    """Raised when no decision came back for an event within the time waited."""
+
+    def __init__(self, event_id: str, waited_s: float, hint: str = "") -> None:
+        more = f" ({hint})" if hint else ""
+        super().__init__(f"no decision for {event_id!r} within {waited_s} s{more}")
+        self.event_id = event_id
+        self.waited_s = waited_s
 
 
 class PromptTooLong(ForethoughtError, ValueError):

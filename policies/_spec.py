@@ -8,6 +8,7 @@ plus a trace.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,7 @@ from ._action import ActionSchema
 from ._errors import ConfigError, ForethoughtError, first_problem
 from ._events import EventSpace, EventType
 
-__all__ = ["SCENARIO_KEYS", "AgentSpec", "load_document"]
-
-SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "live_form", "perception_ms"})
-"""Keys of a scenario file that are not part of the agent spec."""
+__all__ = ["AgentSpec", "load_document"]
 
 
 class AgentSpec(BaseModel):
@@ -65,20 +63,26 @@ class AgentSpec(BaseModel):
         return EventSpace(self.events)
 
     @classmethod
-    def from_data(cls, data: Any, *, source: str = "spec") -> AgentSpec:
-        """Validate plain data; errors name the source, the field path and the problem."""
+    def from_data(
+        cls, data: Any, *, source: str = "spec", ignore: Collection[str] = ()
+    ) -> AgentSpec:
+        """Validate plain data; errors name the source, the field path and the problem.
+
+        ``ignore`` names top-level keys that belong to a larger document the spec is part of
+        (a simulator scenario's ``trace``, say); any other unknown key is an error.
+        """
         if not isinstance(data, dict):
             raise ConfigError(source, type(data).__name__, "a spec must be a mapping")
-        header = {k: v for k, v in data.items() if k not in SCENARIO_KEYS}
+        header = {k: v for k, v in data.items() if k not in ignore}
         try:
             return cls.model_validate(header)
         except ValidationError as exc:
             raise _config_error(source, exc) from None
 
     @classmethod
-    def from_file(cls, path: str | Path) -> AgentSpec:
-        """Load from a YAML or JSON file (``trace``/``generate`` are ignored here)."""
-        return cls.from_data(load_document(path), source=str(path))
+    def from_file(cls, path: str | Path, *, ignore: Collection[str] = ()) -> AgentSpec:
+        """Load from a YAML or JSON file (top-level keys in ``ignore`` are skipped)."""
+        return cls.from_data(load_document(path), source=str(path), ignore=ignore)
 
 
 def _model_name(name: str) -> str:

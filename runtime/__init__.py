@@ -1,12 +1,18 @@
-"""The deadline-aware executor, events and decisions, and event buses (in-process, MQTT)."""
+"""The agent and its event-time path: executor, events, decisions, buses, the serve loop."""
 
+from ._agent import Agent
 from ._bus import EventBus, InProcessBus
+from ._config import AgentConfig, MqttConfig
 from ._decision import Decision, Tier
-from ._event import Event, EventPayload, ReplyTo, parse_payload
+from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
 from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
+from ._serve import serve
 
 __all__ = [
+    "Agent",
+    "AgentConfig",
+    "Arrival",
     "Decision",
     "Event",
     "EventBus",
@@ -16,10 +22,12 @@ __all__ = [
     "ExecutorStats",
     "InProcessBus",
     "MqttBus",
+    "MqttConfig",
     "MqttStats",
     "ReplyTo",
     "Tier",
     "parse_mqtt_url",
     "parse_payload",
     "payload_bytes",
+    "serve",
 ]

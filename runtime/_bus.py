@@ -11,10 +11,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, Self, runtime_checkable
 
-from forethought.policies import InvalidEvent
+from forethought.policies import InvalidEvent, NotStarted
 
 from ._decision import Decision
-from ._event import Event, EventPayload, parse_payload
+from ._event import Arrival, Event, EventPayload, parse_payload
 
 __all__ = ["EventBus", "InProcessBus"]
 
@@ -26,6 +26,13 @@ class EventBus(Protocol):
     async def __aenter__(self) -> Self: ...
 
     async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def run(self) -> None:
+        """Keep the bus working (a connection, say) until cancelled; may return at once.
+
+        The agent runs it as one of the named tasks of its TaskGroup.
+        """
+        ...
 
     def events(self) -> AsyncIterator[Event]:
         """Validated events, in arrival order."""
@@ -59,6 +66,9 @@ class InProcessBus:
         self._queue = asyncio.Queue()
         return self
 
+    async def run(self) -> None:
+        """Nothing to keep alive in-process: returns at once."""
+
     async def __aexit__(self, *exc_info: object) -> None:
         for fut in self._waiting.values():
             if not fut.done():
@@ -68,11 +78,11 @@ class InProcessBus:
     async def send(self, payload: EventPayload | dict[str, Any] | bytes | str) -> Decision:
         """Submit an event and wait for its decision; InvalidEvent if it cannot be decided."""
         if self._queue is None:
-            raise RuntimeError("InProcessBus is not open: use `async with bus:`")
+            raise NotStarted("InProcessBus")
         if not isinstance(payload, EventPayload):
             payload = parse_payload(payload, max_bytes=self._max_bytes)
         loop = asyncio.get_running_loop()
-        event = Event.from_payload(payload, arrived_at=loop.time())
+        event = Event.from_payload(payload, arrival=Arrival.now())
         fut = self._waiting.get(event.id)
         if fut is None:
             fut = loop.create_future()

@@ -6,6 +6,9 @@ value with an absolute deadline on the runtime's clock (the event loop's).
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from forethought.policies import InvalidEvent, first_problem
 
-__all__ = ["Event", "EventPayload", "ReplyTo", "parse_payload"]
+__all__ = ["Arrival", "Event", "EventPayload", "ReplyTo", "parse_payload"]
 
 
 class EventPayload(BaseModel):
@@ -49,6 +52,24 @@ class ReplyTo:
 
 
 @dataclass(frozen=True, slots=True)
+class Arrival:
+    """When an event arrived: on the loop's clock, and that clock's offset to wall time.
+
+    ``wall_offset_s`` is loop time minus wall time: an absolute wall-clock deadline plus the
+    offset is the same deadline on the loop's clock.
+    """
+
+    at: float
+    wall_offset_s: float
+
+    @classmethod
+    def now(cls, wall_ns: Callable[[], int] = time.time_ns) -> Arrival:
+        """Now, on the running loop (the only place the runtime reads wall time)."""
+        at = asyncio.get_running_loop().time()
+        return cls(at, at - wall_ns() / 1e9)
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """An event to decide.
 
@@ -57,8 +78,8 @@ class Event:
         type: the event type.
         params: raw parameters (snapped to the grid when mapped to a key).
         arrived_at: arrival time on the runtime's clock.
-        deadline: absolute deadline on the same clock; None means arrival + the type's
-            ``deadline_ms``.
+        deadline: absolute deadline on the same clock; None until the agent resolves it at
+            arrival (arrival + the type's ``deadline_ms``), once.
         state: fields to set in the state just before deciding.
         reply: where to send the decision, besides the actions topic.
 
@@ -74,23 +95,19 @@ class Event:
 
     @classmethod
     def from_payload(
-        cls,
-        payload: EventPayload,
-        *,
-        arrived_at: float,
-        wall_offset_s: float = 0.0,
-        reply: ReplyTo | None = None,
+        cls, payload: EventPayload, *, arrival: Arrival, reply: ReplyTo | None = None
     ) -> Event:
-        """Build from a validated payload.
+        """Build from a validated payload that arrived at ``arrival``.
 
-        ``wall_offset_s`` is loop time minus wall time (seconds), read once by the bus, so an
-        absolute ``deadline_ns`` lands on the loop's clock.
+        A relative ``deadline_ms`` counts from the arrival; an absolute ``deadline_ns`` (the
+        sender's wall clock) is moved onto the loop's clock with the arrival's wall offset.
         """
+        arrived_at = arrival.at
         deadline = None
         if payload.deadline_ms is not None:
             deadline = arrived_at + payload.deadline_ms / 1e3
         elif payload.deadline_ns is not None:
-            deadline = payload.deadline_ns / 1e9 + wall_offset_s
+            deadline = payload.deadline_ns / 1e9 + arrival.wall_offset_s
         return cls(
             id=payload.id,
             type=payload.type,

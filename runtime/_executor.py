@@ -21,17 +21,18 @@ import asyncio
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forethought.planner import ModelBackend, ModelGate, Prompt, state_context
+from forethought.planner import ModelBackend, ModelGate, state_context
 from forethought.policies import (
     ActionSchema,
     EventKey,
     EventSpace,
     ForethoughtError,
+    InvalidEvent,
     PolicyTree,
     WorldState,
 )
@@ -60,7 +61,13 @@ class ExecutorConfig(BaseModel):
     """Estimated tokens of one event's prompt part (for the tier-fit predictions)."""
     live_max_new_tokens: int = Field(default=48, ge=4)
     remember: int = Field(default=10_000, ge=1)
-    """How many decided event ids are kept for exactly-once answers."""
+    """How many recent decisions are kept whole, to answer a repeated id with the same one."""
+    remember_ids_s: float = Field(default=600.0, gt=0)
+    """How long a decided id is remembered at all: a repeat within this window is never
+    decided again (it gets the kept decision, or is refused once that was forgotten)."""
+    max_remembered_ids: int = Field(default=1_000_000, ge=1)
+    """Bound on the ids remembered within the window (memory stays bounded at any rate)."""
+    use_tree: bool = True
     use_score: bool = True
     use_live: bool = True
 
@@ -115,7 +122,6 @@ class Executor:
         tree: the policy tree the planner fills.
         default_action: the safe action (validated here).
         description: the task context (for the model tiers' prompts).
-        state: returns the current state.
         backend: the model for the score and live tiers (None: tree and default only).
         gate: shared with the planner.
         candidates: actions the score tier chooses from when the schema is not enumerable.
@@ -131,7 +137,6 @@ class Executor:
         tree: PolicyTree,
         default_action: dict[str, Any] | BaseModel,
         description: str,
-        state: Callable[[], WorldState],
         backend: ModelBackend | None = None,
         gate: ModelGate | None = None,
         candidates: Sequence[dict[str, Any]] | None = None,
@@ -143,7 +148,6 @@ class Executor:
         self._default = schema.validate(default_action)
         self._default_json = schema.readable(self._default)
         self._description = description
-        self._state = state
         self._backend = backend
         self._gate = gate or ModelGate()
         self._config = config or ExecutorConfig()
@@ -157,6 +161,7 @@ class Executor:
             sum(len(schema.compact(c)) for c in self._candidates) // 3 if self._candidates else 0
         )
         self._done: OrderedDict[str, Decision] = OrderedDict()
+        self._seen: OrderedDict[str, float] = OrderedDict()  # id -> when it was decided
         self._inflight: dict[str, asyncio.Future[Decision]] = {}
         self.stats = ExecutorStats()
 
@@ -170,16 +175,35 @@ class Executor:
         """What the score tier chooses from (None: the score tier is off)."""
         return self._candidates
 
-    def deadline_of(self, event: Event) -> float:
-        """The event's absolute deadline on the loop's clock."""
+    def arrived(self, event: Event) -> Event:
+        """``event`` with its absolute deadline resolved, once, at arrival.
+
+        An event that carries no deadline gets arrival + its type's ``deadline_ms`` (or the
+        configured default for an undeclared type).
+        """
         if event.deadline is not None:
-            return event.deadline
+            return event
         spec = self._space.types.get(event.type)
         ms = spec.deadline_ms if spec is not None else self._config.default_deadline_ms
-        return event.arrived_at + ms / 1e3
+        return replace(event, deadline=event.arrived_at + ms / 1e3)
 
-    async def decide(self, event: Event) -> Decision:
-        """The decision for ``event``; a repeated id gets the first decision again."""
+    def known(self, event_id: str) -> bool:
+        """Whether ``event_id`` is being decided or was decided within the id window."""
+        self._forget_old()
+        return event_id in self._inflight or event_id in self._seen
+
+    def _forget_old(self) -> None:
+        horizon = asyncio.get_running_loop().time() - self._config.remember_ids_s
+        seen = self._seen
+        while seen and next(iter(seen.values())) < horizon:
+            seen.popitem(last=False)
+
+    async def decide(self, event: Event, state: WorldState) -> Decision:
+        """The decision for ``event`` in ``state``; a repeated id gets the first decision again.
+
+        A repeat whose decision is no longer kept (but whose id is still remembered) raises
+        :class:`InvalidEvent`: it is never decided a second time.
+        """
         done = self._done.get(event.id)
         if done is not None:
             self.stats.duplicates += 1
@@ -188,10 +212,14 @@ class Executor:
         if pending is not None:
             self.stats.duplicates += 1
             return await asyncio.shield(pending)
+        self._forget_old()
+        if event.id in self._seen:
+            self.stats.duplicates += 1
+            raise InvalidEvent("id", event.id, "already decided (that decision is no longer kept)")
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         self._inflight[event.id] = future
         try:
-            decision = await self._decide(event)
+            decision = await self._decide(self.arrived(event), state)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning for lone waiters
@@ -203,9 +231,13 @@ class Executor:
         return decision
 
     def _remember(self, d: Decision) -> None:
+        cfg = self._config
         self._done[d.event_id] = d
-        while len(self._done) > self._config.remember:
+        while len(self._done) > cfg.remember:
             self._done.popitem(last=False)
+        self._seen[d.event_id] = d.decided_at
+        while len(self._seen) > cfg.max_remembered_ids:
+            self._seen.popitem(last=False)
         s = self.stats
         s.decisions += 1
         s.tiers[d.tier.value] += 1
@@ -215,11 +247,10 @@ class Executor:
         s.out_of_space += d.out_of_space
         s.latencies_s.append(d.latency_s)
 
-    async def _decide(self, event: Event) -> Decision:
+    async def _decide(self, event: Event, state: WorldState) -> Decision:
         loop = asyncio.get_running_loop()
-        deadline = self.deadline_of(event)
-        end = deadline - self._config.margin_ms / 1e3
-        state = self._state()
+        assert event.deadline is not None
+        end = event.deadline - self._config.margin_ms / 1e3
         key = self._space.key(event.type, event.params)
         skipped: list[tuple[str, str]] = []
 
@@ -240,7 +271,9 @@ class Executor:
             )
 
         # 1. tree
-        if key is None:
+        if not self._config.use_tree:
+            skipped.append(("tree", "disabled"))
+        elif key is None:
             skipped.append(("tree", "out of space"))
         else:
             found = self._from_tree(state.fingerprint, key)
@@ -253,13 +286,12 @@ class Executor:
                 skipped.append(("tree", "stored action failed validation"))
         # 2. score, 3. live
         if self._backend is not None:
-            prompt = Prompt(
-                state_context(self._description, state.to_json()), self._describe(event, key)
-            )
-            action = await self._score(prompt, end, skipped)
+            context = state_context(self._description, state.to_json())
+            text = self._describe(event, key)
+            action = await self._score(context, text, end, skipped)
             if action is not None:
                 return finish(Tier.SCORE, action)
-            action = await self._live(prompt, end, skipped)
+            action = await self._live(context, text, end, skipped)
             if action is not None:
                 return finish(Tier.LIVE, action)
         else:
@@ -313,7 +345,9 @@ class Executor:
             skipped.append((tier, f"error: {exc!r}"[:200]))
         return None
 
-    async def _score(self, prompt: Prompt, end: float, skipped: list[tuple[str, str]]) -> Any:
+    async def _score(
+        self, context: str, text: str, end: float, skipped: list[tuple[str, str]]
+    ) -> Any:
         backend, cands = self._backend, self._candidates
         assert backend is not None
         if not self._config.use_score or cands is None:
@@ -324,7 +358,7 @@ class Executor:
             "score",
             predicted,
             end,
-            lambda: backend.score(prompt, cands, self._schema, deadline=end),
+            lambda: backend.score(context, text, cands, self._schema, deadline=end),
             skipped,
         )
         if scores is None:
@@ -334,7 +368,9 @@ class Executor:
             return None
         return self._validated(cands[scores.best], skipped, "score")
 
-    async def _live(self, prompt: Prompt, end: float, skipped: list[tuple[str, str]]) -> Any:
+    async def _live(
+        self, context: str, text: str, end: float, skipped: list[tuple[str, str]]
+    ) -> Any:
         backend = self._backend
         assert backend is not None
         if not self._config.use_live:
@@ -342,17 +378,22 @@ class Executor:
             return None
         lat = backend.latency
         predicted = lat.call(self._config.event_tokens, lat.typical_steps()).p95
-        gen = await self._model_call(
+        gens = await self._model_call(
             "live",
             predicted,
             end,
             lambda: backend.generate(
-                prompt, self._schema, deadline=end, max_new_tokens=self._config.live_max_new_tokens
+                context,
+                [text],
+                self._schema,
+                deadline=end,
+                max_new_tokens=self._config.live_max_new_tokens,
             ),
             skipped,
         )
-        if gen is None:
+        if gens is None:
             return None
+        gen = gens[0]
         if gen.action is None:
             skipped.append(("live", gen.status.value))
             return None

@@ -32,7 +32,7 @@ from paho.mqtt.properties import Properties
 from forethought.policies import ConfigError, InvalidEvent
 
 from ._decision import Decision
-from ._event import Event, ReplyTo, parse_payload
+from ._event import Arrival, Event, ReplyTo, parse_payload
 
 __all__ = ["MqttBus", "MqttStats", "parse_mqtt_url", "payload_bytes"]
 
@@ -118,7 +118,6 @@ class MqttBus:
         self._arrived = asyncio.Event()
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self.stats = MqttStats()
 
     @property
@@ -132,25 +131,18 @@ class MqttBus:
             await self._connected.wait()
 
     async def __aenter__(self) -> Self:
-        self._task = asyncio.create_task(
-            self._keep_connected(), name=f"forethought[{self.agent_id}].mqtt"
-        )
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        client = self._client
-        if client is not None and self._connected.is_set():
-            with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
-                await client.publish(
-                    self.status_topic, b'{"online":false}', qos=1, retain=True, timeout=1.0
-                )
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Nothing left to close: :meth:`run` said goodbye when it was cancelled."""
 
-    async def _keep_connected(self) -> None:
+    async def run(self) -> None:
+        """Keep the broker connection (reconnecting with backoff) until cancelled.
+
+        The agent runs this in its TaskGroup. Cancelled, it publishes the retained
+        ``offline`` status while still connected, then drops the connection (a connection
+        that dies instead leaves the will to say it).
+        """
         delay = self._backoff[0]
         while True:
             will = aiomqtt.Will(self.status_topic, b'{"online":false}', qos=1, retain=True)
@@ -172,8 +164,19 @@ class MqttBus:
                     self.stats.connects += 1
                     self._connected.set()
                     delay = self._backoff[0]
-                    async for message in client.messages:
-                        await self._receive(message)
+                    try:
+                        async for message in client.messages:
+                            await self._receive(message)
+                    except asyncio.CancelledError:
+                        with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
+                            await client.publish(
+                                self.status_topic,
+                                b'{"online":false}',
+                                qos=1,
+                                retain=True,
+                                timeout=1.0,
+                            )
+                        raise
             except aiomqtt.MqttError as exc:
                 if self._connected.is_set():
                     self.stats.outages += 1
@@ -195,17 +198,13 @@ class MqttBus:
             self.stats.malformed += 1
             await self._report(None, str(exc), raw, topic=message.topic.value)
             return
-        loop = asyncio.get_running_loop()
         props = message.properties
         reply = None
         response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
         if response_topic:
             corr = getattr(props, "CorrelationData", None)
             reply = ReplyTo(str(response_topic), bytes(corr) if corr is not None else None)
-        offset = loop.time() - self._wall_ns() / 1e9
-        event = Event.from_payload(
-            payload, arrived_at=loop.time(), wall_offset_s=offset, reply=reply
-        )
+        event = Event.from_payload(payload, arrival=Arrival.now(self._wall_ns), reply=reply)
         if len(self._pending) >= self._queue_size:
             dropped = self._pending.popleft()
             self.stats.dropped_full += 1

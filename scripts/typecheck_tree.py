@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MAPPING = {
     "": "forethought",
+    "bench": "forethought/bench",
     "runtime": "runtime",
     "planner": "planner",
     "policies": "policies",

@@ -1,28 +1,47 @@
 """Scenario replay in virtual or real time, strategies side by side, reports."""
 
-from ._charged import ChargedBackend
+from pathlib import Path
+
+from ._charged import ChargedClock
+from ._fidelity import add_references
+from ._grading import Grader, Rule
 from ._mqtt_replay import replay_over_mqtt
+from ._profiles import PROFILES, measure_profile, profile_figures, resolve_profile
 from ._replay import STRATEGIES, Record, StrategyRun, replay
 from ._report import metrics, table, write_decisions, write_json, write_report
-from ._scenario import Generate, Scenario, TraceEvent, load_scenario
+from ._scenario import SCENARIO_KEYS, Generate, Scenario, TraceEvent, load_scenario
 from ._vloop import VirtualTimeLoop, run_virtual
 
 __all__ = [
+    "PROFILES",
+    "SCENARIO_KEYS",
     "STRATEGIES",
-    "ChargedBackend",
+    "ChargedClock",
     "Generate",
+    "Grader",
     "Record",
+    "Rule",
     "Scenario",
     "StrategyRun",
     "TraceEvent",
     "VirtualTimeLoop",
+    "add_references",
     "load_scenario",
+    "measure_profile",
     "metrics",
+    "profile_figures",
     "replay",
     "replay_over_mqtt",
+    "resolve_profile",
     "run_virtual",
+    "shipped_scenarios",
     "table",
     "write_decisions",
     "write_json",
     "write_report",
 ]
+
+
+def shipped_scenarios() -> list[Path]:
+    """The scenario files that ship with the package."""
+    return sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))

@@ -21,7 +21,7 @@ from paho.mqtt.properties import Properties
 
 from forethought.runtime import parse_mqtt_url, payload_bytes
 
-from ._replay import Record, StrategyRun, _accepts, _deadline_ms
+from ._replay import Record, StrategyRun
 from ._scenario import Scenario
 
 __all__ = ["replay_over_mqtt"]
@@ -93,7 +93,7 @@ async def replay_over_mqtt(
                     qos=1,
                     properties=props,
                 )
-            longest = max((_deadline_ms(scenario, e, 1000.0) for e in events), default=0.0)
+            longest = max((scenario.deadline_ms(e) for e in events), default=0.0)
             try:
                 async with asyncio.timeout(longest / 1e3 + grace_s):
                     await done.wait()
@@ -109,9 +109,11 @@ def _records(
     scenario: Scenario, events: list[Any], got: dict[int, tuple[float, dict[str, Any]]]
 ) -> list[Record]:
     default = scenario.spec.default_action
+    state = scenario.spec.state
     out: list[Record] = []
     for i, ev in enumerate(events):
-        dl = _deadline_ms(scenario, ev, 1000.0)
+        dl = scenario.deadline_ms(ev)
+        state = {**state, **(ev.state or {})}
         if i in got:
             latency, body = got[i]
             action = body.get("action", {})
@@ -129,7 +131,7 @@ def _records(
                     latency * 1e3 <= dl,
                     bool(body.get("approximate")),
                     bool(body.get("out_of_space")),
-                    _accepts(action, ev.accept),
+                    scenario.grade(ev, action, state),
                 )
             )
         else:  # no decision came back: a miss, and the robot fell back to its own default

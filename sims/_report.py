@@ -21,41 +21,50 @@ def _pct(xs: list[float], q: float) -> float | None:
     return float(np.quantile(np.asarray(xs), q)) if xs else None
 
 
-def agreement(run: StrategyRun, live: StrategyRun | None) -> float | None:
-    """Share of this run's tree answers equal to what live generation wrote for that event.
+def _share(hits: int, n: int) -> float | None:
+    return hits / n if n else None
 
-    The live strategy sees the same events and applies the same effects, so its action for
-    event i was generated in the same state.
+
+def metrics(run: StrategyRun) -> dict[str, Any]:
+    """The figures of one strategy.
+
+    ``correct_in_time`` is the headline: over graded events, the share whose action the model
+    wrote for that event (tree, score or live), was emitted by the deadline, and is accepted
+    by the scenario's rules. A ``default`` decision is a fallback, never a hit.
     """
-    if live is None or live is run:
-        return None
-    by_index = {r.index: r for r in live.records if r.tier == "live"}
-    pairs = [
-        (r, by_index[r.index]) for r in run.records if r.tier == "tree" and r.index in by_index
-    ]
-    if not pairs:
-        return None
-    return sum(a.action == b.action for a, b in pairs) / len(pairs)
-
-
-def metrics(run: StrategyRun, live: StrategyRun | None = None) -> dict[str, Any]:
-    """The figures of one strategy (``live``: the live run, for agreement)."""
     recs = run.records
     n = len(recs)
     lat = [r.latency_ms for r in recs]
     tiers: dict[str, int] = {"tree": 0, "score": 0, "live": 0, "default": 0}
     for r in recs:
         tiers[r.tier] = tiers.get(r.tier, 0) + 1
-    graded = [r.correct for r in recs if r.correct is not None]
+    graded = [r for r in recs if r.correct is not None]
+    in_time = [r for r in recs if r.model_written and r.met]
     tree = [r for r in recs if r.tier == "tree"]
     tree_cpu = [r.decide_cpu_ms for r in tree]
-    by_type: dict[str, dict[str, float]] = {}
+    by_type: dict[str, dict[str, float | None]] = {}
     for t in sorted({r.type for r in recs}):
         rs = [r for r in recs if r.type == t]
-        by_type[t] = {"events": len(rs), "hit_rate": sum(r.met for r in rs) / len(rs)}
+        gs = [r for r in rs if r.correct is not None]
+        by_type[t] = {
+            "events": len(rs),
+            "answered_in_time": _share(sum(r.model_written and r.met for r in rs), len(rs)),
+            "correct_in_time": _share(
+                sum(bool(r.correct) and r.model_written and r.met for r in gs), len(gs)
+            ),
+        }
+    ref = run.reference
     return {
         "events": n,
-        "deadline_hit_rate": sum(r.met for r in recs) / n if n else None,
+        "graded": len(graded),
+        "correct_in_time": _share(
+            sum(bool(r.correct) and r.model_written and r.met for r in graded), len(graded)
+        ),
+        "answered_in_time": _share(len(in_time), n),
+        "fallback_rate": _share(sum(not r.model_written for r in recs), n),
+        "correct": _share(sum(bool(r.correct) for r in graded), len(graded)),
+        "fidelity": (_share(sum(ref.get(r.index) == r.action for r in recs), n) if ref else None),
+        "deadline_hit_rate": _share(sum(r.met for r in recs), n),
         "latency_ms": {
             "p50": _pct(lat, 0.5),
             "p95": _pct(lat, 0.95),
@@ -63,15 +72,14 @@ def metrics(run: StrategyRun, live: StrategyRun | None = None) -> dict[str, Any]
             "max": max(lat) if lat else None,
         },
         "tiers": tiers,
-        "tree_hit_rate": len(tree) / n if n else None,
+        "tree_hit_rate": _share(len(tree), n),
         "tree_exact": sum(not r.approximate for r in tree),
         "tree_approximate": sum(r.approximate for r in tree),
         "tree_selection_ms": {"p50": _pct(tree_cpu, 0.5), "p99": _pct(tree_cpu, 0.99)},
-        "accuracy": sum(graded) / len(graded) if graded else None,
-        "agreement_with_live": agreement(run, live),
         "out_of_space": sum(r.out_of_space for r in recs),
         "by_type": by_type,
         "planner": run.planner or None,
+        "model_time": run.model or None,
         "wall_s": run.wall_s,
     }
 
@@ -80,12 +88,21 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _pc(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
 def table(scenario: Scenario, runs: Mapping[str, StrategyRun]) -> str:
     """A terminal table, strategies side by side."""
-    ms = {k: metrics(v, runs.get("live")) for k, v in runs.items()}
+    ms = {k: metrics(v) for k, v in runs.items()}
     rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-        ("events", lambda m: str(m["events"])),
-        ("deadline hit rate", lambda m: _fmt(100 * m["deadline_hit_rate"], ".1f") + " %"),
+        ("CORRECT IN TIME", lambda m: _pc(m["correct_in_time"])),
+        ("answered in time", lambda m: _pc(m["answered_in_time"])),
+        ("fallback rate", lambda m: _pc(m["fallback_rate"])),
+        ("correct (graded)", lambda m: _pc(m["correct"])),
+        ("fidelity", lambda m: _pc(m["fidelity"])),
+        ("events / graded", lambda m: f"{m['events']}/{m['graded']}"),
+        ("deadline hit rate", lambda m: _pc(m["deadline_hit_rate"])),
         ("latency p50 ms", lambda m: _fmt(m["latency_ms"]["p50"], ".2f")),
         ("latency p95 ms", lambda m: _fmt(m["latency_ms"]["p95"], ".2f")),
         ("latency p99 ms", lambda m: _fmt(m["latency_ms"]["p99"], ".2f")),
@@ -96,8 +113,6 @@ def table(scenario: Scenario, runs: Mapping[str, StrategyRun]) -> str:
         ),
         ("tree hits exact/approx", lambda m: f"{m['tree_exact']}/{m['tree_approximate']}"),
         ("tree selection p99 ms", lambda m: _fmt(m["tree_selection_ms"]["p99"], ".3f")),
-        ("accuracy", lambda m: _fmt(m["accuracy"], ".2f")),
-        ("agreement with live", lambda m: _fmt(m["agreement_with_live"], ".2f")),
         ("out of space", lambda m: str(m["out_of_space"])),
         ("planner branches", lambda m: str((m["planner"] or {}).get("branches", "-"))),
         ("planner idle used", lambda m: _fmt((m["planner"] or {}).get("idle_used"), ".2f")),
@@ -118,16 +133,16 @@ def write_json(
     *,
     model: str,
     clock: str,
-    profile: Mapping[str, float],
+    profile: Mapping[str, Any],
 ) -> None:
-    """The JSON report."""
+    """The JSON report (``strategies.<name>`` holds :func:`metrics`)."""
     data = {
         "scenario": scenario.name,
         "model": model,
         "clock": clock,
         "profile": dict(profile),
-        "live_form": scenario.live_form,
-        "strategies": {k: metrics(v, runs.get("live")) for k, v in runs.items()},
+        "seed": scenario.seed,
+        "strategies": {k: metrics(v) for k, v in runs.items()},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))

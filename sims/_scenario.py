@@ -3,9 +3,11 @@
 Everything but ``trace``/``generate`` is the agent spec ``forethought run`` takes. ``trace``
 lists events at fixed times; ``generate`` appends a seeded random stream (exponential gaps,
 types drawn by weight, parameters drawn from their domains, numbers jittered off the grid).
-Optional: ``profile`` (the simulated device, e.g. ``{step_ms: 8.6, prefill_us_per_token:
-50}``), ``live_form`` (``compact`` or ``verbose``: how the live strategy writes actions) and
-``perception_ms`` (time already spent before an event reaches us, noted in reports).
+Optional: ``profile`` (the simulated device: a shipped profile's name, or figures such as
+``{step_ms: 8.6, prefill_us_per_token: 50}``), ``perception_ms`` (time perception spends
+between the stimulus and the event reaching the agent: one figure, or one per event type; the
+deadline still counts from the stimulus), ``seed`` (the charged model time's draws) and
+``accept`` on event types and trace events (grading rules, :mod:`._grading`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from forethought.policies import (
-    SCENARIO_KEYS,
     AgentSpec,
     ConfigError,
     Grid,
@@ -25,21 +26,33 @@ from forethought.policies import (
     load_document,
 )
 
-__all__ = ["Generate", "Scenario", "TraceEvent", "load_scenario"]
+from ._grading import Grader
+
+__all__ = ["SCENARIO_KEYS", "Generate", "Scenario", "TraceEvent", "load_scenario"]
+
+SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "live_form", "perception_ms", "seed"})
+"""Top-level keys of a scenario file that are not part of the agent spec."""
 
 
 class TraceEvent(BaseModel):
     """One event of the trace."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     at_ms: float = Field(ge=0)
     type: str = Field(min_length=1)
     params: dict[str, Any] = Field(default_factory=dict)
     deadline_ms: float | None = Field(default=None, gt=0)
     state: dict[str, Any] | None = None
-    accept: list[dict[str, Any]] | None = None
-    """The action is right if it contains every field/value of one entry."""
+    accept: list[Any] | None = None
+    """Grading rules of this event (override its type's): see :mod:`._grading`."""
+    grader: Grader | None = Field(default=None, exclude=True)
+    """``accept`` as checked rules (set by :func:`load_scenario`)."""
+
+    def describe(self) -> str:
+        """The event as shown to a model when it is outside the declared space."""
+        params = " ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+        return f"{self.type}: {params}" if params else self.type
 
 
 class Generate(BaseModel):
@@ -64,14 +77,17 @@ class Profile(BaseModel):
 class Scenario(BaseModel):
     """A spec and the events to replay."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     spec: AgentSpec
     trace: list[TraceEvent] = Field(default_factory=list)
     generate: Generate | None = None
-    profile: Profile | None = None
+    profile: Profile | str | None = None
     live_form: Literal["compact", "verbose"] = "compact"
-    perception_ms: float = Field(default=0.0, ge=0)
+    perception_ms: float | dict[str, float] = 0.0
+    seed: int = 0
+    graders: dict[str, Grader] = Field(default_factory=dict, exclude=True)
+    """Accept rules per event type (from the file's ``events[].accept``)."""
 
     @model_validator(mode="after")
     def _has_events(self) -> Scenario:
@@ -83,6 +99,23 @@ class Scenario(BaseModel):
     def name(self) -> str:
         """The scenario's name."""
         return self.spec.name
+
+    def deadline_ms(self, ev: TraceEvent, default: float = 1000.0) -> float:
+        """The event's deadline, from its stimulus: its own, else its type's."""
+        if ev.deadline_ms is not None:
+            return ev.deadline_ms
+        spec = self.spec.event_space().types.get(ev.type)
+        return spec.deadline_ms if spec is not None else default
+
+    def perception_s(self, ev: TraceEvent) -> float:
+        """Seconds perception spends before the event reaches the agent."""
+        p = self.perception_ms
+        return (p.get(ev.type, 0.0) if isinstance(p, dict) else p) / 1e3
+
+    def grade(self, ev: TraceEvent, action: dict[str, Any], state: dict[str, Any]) -> bool | None:
+        """Whether ``action`` is accepted for ``ev`` in ``state`` (None: ungraded)."""
+        grader = ev.grader or self.graders.get(ev.type)
+        return grader.grade(action, ev.params, state) if grader else None
 
     def events(self) -> list[TraceEvent]:
         """The trace plus the generated events, in time order."""
@@ -116,12 +149,37 @@ def _generated(spec: AgentSpec, gen: Generate, start: float) -> list[TraceEvent]
     return out
 
 
+def _graders(path: str | Path, data: dict[str, Any], spec: AgentSpec) -> dict[str, Grader]:
+    schema = spec.action_schema()
+    space = spec.event_space()
+    out = {}
+    for i, ev in enumerate(data.get("events") or []):
+        if isinstance(ev, dict) and "accept" in ev:
+            out[ev.get("type", "")] = Grader.parse(
+                ev["accept"],
+                where=f"{path}: events[{i}].accept",
+                schema=schema,
+                default=spec.default_action,
+                event_type=space.types.get(ev.get("type", "")),
+                state=spec.state,
+            )
+    return out
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Load a YAML or JSON scenario; errors name the file, the field path and the problem."""
     data = load_document(path)
     if not isinstance(data, dict):
         raise ConfigError(str(path), type(data).__name__, "a scenario must be a mapping")
-    spec = AgentSpec.from_data(data, source=str(path))
+    # `accept` on an event type is grading, the simulator's business: not part of the spec.
+    header = dict(data)
+    if isinstance(data.get("events"), list):
+        header["events"] = [
+            {k: v for k, v in e.items() if k != "accept"} if isinstance(e, dict) else e
+            for e in data["events"]
+        ]
+    spec = AgentSpec.from_data(header, source=str(path), ignore=SCENARIO_KEYS)
+    graders = _graders(path, data, spec)
     rest = {k: data[k] for k in SCENARIO_KEYS if k in data}
     try:
         scenario = Scenario.model_validate({"spec": spec, **rest})
@@ -129,16 +187,22 @@ def load_scenario(path: str | Path) -> Scenario:
         where, value, problem = first_problem(exc)
         raise ConfigError(f"{path}: {where or 'scenario'}", value, problem) from None
     schema = spec.action_schema()
-    for i, ev in enumerate(scenario.trace):
-        for j, accept in enumerate(ev.accept or []):
-            try:
-                schema.validate(
-                    accept | {k: v for k, v in spec.default_action.items() if k not in accept}
+    space = spec.event_space()
+    trace = [
+        ev
+        if ev.accept is None
+        else ev.model_copy(
+            update={
+                "grader": Grader.parse(
+                    ev.accept,
+                    where=f"{path}: trace[{i}].accept",
+                    schema=schema,
+                    default=spec.default_action,
+                    event_type=space.types.get(ev.type),
+                    state=spec.state,
                 )
-            except Exception as exc:
-                raise ConfigError(
-                    f"{path}: trace[{i}].accept[{j}]",
-                    accept,
-                    f"cannot match any valid action: {exc}",
-                ) from None
-    return scenario
+            }
+        )
+        for i, ev in enumerate(scenario.trace)
+    ]
+    return scenario.model_copy(update={"graders": graders, "trace": trace})

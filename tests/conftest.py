@@ -8,17 +8,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import contextlib
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from forethought.bench import MosquittoBroker, mosquitto_path
 from forethought.planner import LoadedModel, TransformersBackend, load_model, resolve_model
 from forethought.policies import ActionSchema
 
@@ -88,70 +83,26 @@ def tiny_backend(tiny_model_dir: Path) -> TransformersBackend:
     return backend
 
 
+@pytest.fixture
+async def running_tiny(tiny_backend: TransformersBackend) -> AsyncIterator[TransformersBackend]:
+    """The tiny backend started on this test's event loop (its deadlines on that clock)."""
+    async with tiny_backend:
+        yield tiny_backend
+
+
 @pytest.fixture(scope="session")
 def robot_schema() -> ActionSchema:
     """A small robot action: an enum and an optional bounded number."""
     return ActionSchema.from_json_schema(ROBOT_ACTION)
 
 
-class Broker:
-    """A real Mosquitto on a free local port, which a test may stop and start again."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.url = f"mqtt://127.0.0.1:{port}"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        self._proc = subprocess.Popen(
-            [exe, "-c", str(self._config())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
-            ):
-                return
-            time.sleep(0.02)
-        raise RuntimeError(f"mosquitto did not start on port {self.port}")
-
-    def _config(self) -> Path:
-        # `mosquitto -p PORT` plus TCP_NODELAY: without it the broker's Nagle adds ~20-40 ms
-        # to every small message (what `forethought bench` measured).
-        path = Path(tempfile.gettempdir()) / f"forethought-mosquitto-{self.port}.conf"
-        path.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n"
-        )
-        return path
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _has_mosquitto() -> bool:
-    return shutil.which("mosquitto") is not None or Path("/usr/sbin/mosquitto").exists()
-
-
 @pytest.fixture
-def broker() -> Iterator[Broker]:
+def broker() -> Iterator[MosquittoBroker]:
     """A broker of this test's own (so a test may restart it)."""
-    if not _has_mosquitto():
+    if mosquitto_path() is None:
         pytest.fail("mosquitto is not installed: scripts/setup --broker installs it")
-    b = Broker(_free_port())
-    b.start()
-    yield b
-    b.stop()
+    with MosquittoBroker() as b:
+        yield b
 
 
 @pytest.fixture

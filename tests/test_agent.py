@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from forethought import Agent, AgentConfig, AgentSpec, InProcessBus, Tier
-from forethought.planner import PlannerConfig, TransformersBackend
-from forethought.policies import ConfigError, InvalidEvent, InvalidState
+from forethought.planner import PlannerConfig, ScriptedBackend, TransformersBackend
+from forethought.policies import (
+    BackendError,
+    ConfigError,
+    InvalidEvent,
+    InvalidState,
+    NotStarted,
+)
 
 SPEC = {
     "name": "agent-test",
@@ -161,3 +169,102 @@ def test_config_from_toml_and_environment(tmp_path: Path, monkeypatch: pytest.Mo
         AgentConfig.load(toml)
     with pytest.raises(ConfigError, match="no such TOML"):
         AgentConfig.load(tmp_path / "missing.toml")
+
+
+# -- bugs found while layering (issue 8): each test failed on the old main ----------------------
+
+
+def scripted_agent(spec: AgentSpec, **config: Any) -> Agent:
+    backend = ScriptedBackend(score_s=0.01, live_s=0.02, prefill_s=0.01, step_s=0.001)
+    cfg = AgentConfig.defaults(planner=PlannerConfig(enabled=False), **config)
+    return Agent(spec, backend=backend, config=cfg)
+
+
+async def test_an_absolute_deadline_that_passed_is_not_met(spec: AgentSpec) -> None:
+    # Old main built the event without the wall-clock offset: budget ~1.8e9 s, score, met.
+    gone = time.time_ns() - 1_000_000_000
+    async with scripted_agent(spec) as agent:
+        d = await agent.decide({"id": "late", "type": "clear", "params": {}, "deadline_ns": gone})
+        assert d.budget_s < 0
+        assert not d.met
+        assert d.tier is Tier.DEFAULT
+        bus = InProcessBus()
+    async with scripted_agent(spec, executor={"margin_ms": 5.0}) as agent, bus:
+        ahead = time.time_ns() + 2_000_000_000  # 2 s from now, on the sender's wall clock
+        d = await agent.decide({"id": "soon", "type": "clear", "params": {}, "deadline_ns": ahead})
+        assert 1.9 < d.budget_s < 2.0
+
+
+async def test_a_repeated_id_changes_nothing(spec: AgentSpec) -> None:
+    # Old main re-applied the repeat's state patch and effects and fed it to the forecaster.
+    async with scripted_agent(spec) as agent:
+        first = await agent.decide(
+            {"id": "r", "type": "obstacle", "params": {"side": "left"}, "state": {"battery": 0.5}}
+        )
+        assert agent.state.get("zone") == "blocked"  # the effect applied once
+        agent.update_state({"zone": "aisle"})
+        observed = agent.forecaster.observed
+        again = await agent.decide(
+            {"id": "r", "type": "obstacle", "params": {"side": "left"}, "state": {"battery": 0.1}}
+        )
+        assert again == first
+        assert agent.state.get("battery") == 0.5  # the repeat's patch did not apply
+        assert agent.state.get("zone") == "aisle"  # nor its effect
+        assert agent.forecaster.observed == observed
+        assert agent.executor is not None
+        assert agent.executor.stats.decisions == 1
+
+
+async def test_an_old_id_is_never_decided_afresh(spec: AgentSpec) -> None:
+    # Old main forgot ids after 10,000 and decided the 10,001st-ago id again.
+    tree_only = {"use_score": False, "use_live": False}  # no model time: 10,001 decisions fast
+    async with scripted_agent(spec, executor=tree_only) as agent:
+        await agent.decide({"id": "e0", "type": "clear", "params": {}})
+        for i in range(1, 10_001):
+            await agent.decide({"id": f"e{i}", "type": "clear", "params": {}})
+        assert agent.executor is not None
+        with pytest.raises(InvalidEvent, match="already decided"):
+            await agent.decide({"id": "e0", "type": "clear", "params": {}})
+        assert agent.executor.stats.decisions == 10_001
+
+
+async def test_a_failed_start_unwinds_what_it_started(spec: AgentSpec, tmp_path: Path) -> None:
+    class Exploding(ScriptedBackend):
+        async def prepare(self, schema: Any) -> None:
+            raise BackendError("no grammar for you", retryable=False)
+
+    backend = Exploding()
+    bus = InProcessBus()
+    agent = Agent(spec, backend=backend, bus=bus, config=AgentConfig.defaults())
+    with pytest.raises(BackendError):
+        async with agent:
+            pass
+    assert not agent.ready.is_set()
+    assert forethought_tasks() == []
+    with pytest.raises(NotStarted):  # the backend was stopped again on the way out
+        await backend.generate("ctx", ["x"], spec.action_schema(), deadline=1e9)
+
+
+def test_construction_reads_nothing(spec: AgentSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORETHOUGHT_PLANNER__BATCH_SIZE", "0")  # would fail if it were read
+    agent = Agent(spec)
+    assert agent.config.planner.batch_size == 8
+    with pytest.raises(NotStarted):
+        agent.backend  # noqa: B018 - the default backend is made when the agent starts
+
+
+async def test_a_bus_event_loop_is_bounded(spec: AgentSpec) -> None:
+    # With one event in flight at a time, the rest wait in the bus's bounded queue.
+    backend = ScriptedBackend(score_s=0.2, pick=0, prefill_s=0.01, step_s=0.001)
+    bus = InProcessBus(max_queue=2)
+    cfg = AgentConfig.defaults(max_concurrent=1, planner=PlannerConfig(enabled=False))
+    async with Agent(spec, backend=backend, bus=bus, config=cfg):
+        sends = [
+            asyncio.create_task(bus.send({"id": f"q{i}", "type": "clear", "params": {}}))
+            for i in range(5)
+        ]
+        results = await asyncio.gather(*sends, return_exceptions=True)
+    dropped = [r for r in results if isinstance(r, InvalidEvent)]
+    decided = [r for r in results if not isinstance(r, BaseException)]
+    assert bus.dropped == len(dropped) >= 1
+    assert len(decided) + len(dropped) == 5

@@ -12,10 +12,9 @@ from forethought.planner import (
     CancelSignal,
     GenerationStatus,
     ModelBackend,
-    Prompt,
     TransformersBackend,
 )
-from forethought.policies import ActionSchema
+from forethought.policies import ActionSchema, NotStarted
 
 pytestmark = pytest.mark.model
 
@@ -26,18 +25,18 @@ async def test_async_lifecycle_and_calls(tiny_model_dir: Path, robot_schema: Act
     async with backend:
         await backend.prepare(robot_schema)
         loop = asyncio.get_running_loop()
-        g = await backend.generate(Prompt("ctx", "event"), robot_schema, deadline=loop.time() + 60)
+        (g,) = await backend.generate("ctx", ["event"], robot_schema, deadline=loop.time() + 60)
         assert g.status in (GenerationStatus.DONE, GenerationStatus.LENGTH)
         if g.ok:
             assert robot_schema.parse(g.text) == g.action
-        gens = await backend.generate_batch(
+        gens = await backend.generate(
             "ctx", ["a", "b", "c"], robot_schema, deadline=loop.time() + 60
         )
         assert len(gens) == 3
         candidates = robot_schema.enumerate(10)
         assert candidates is not None
         scores = await backend.score(
-            Prompt("ctx", "event"), candidates, robot_schema, deadline=loop.time() + 60
+            "ctx", "event", candidates, robot_schema, deadline=loop.time() + 60
         )
         assert scores.status is GenerationStatus.DONE
         assert scores.scores is not None
@@ -62,7 +61,7 @@ async def test_event_loop_stays_responsive_during_a_call(
         )
         task = asyncio.create_task(
             backend.generate(
-                Prompt("ctx", "long"), schema, deadline=loop.time() + 0.5, max_new_tokens=450
+                "ctx", ["long"], schema, deadline=loop.time() + 0.5, max_new_tokens=450
             )
         )
         ticks = 0
@@ -74,7 +73,7 @@ async def test_event_loop_stays_responsive_during_a_call(
             gaps.append(now - last)
             last = now
             ticks += 1
-        g = await task
+        (g,) = await task
         assert ticks > 10
         assert max(gaps) < 0.1  # the loop kept running while the worker decoded
         assert g.finished_at <= loop.time()
@@ -97,7 +96,8 @@ async def test_cancelling_the_await_stops_the_worker(
         )
         task = asyncio.create_task(
             backend.generate(
-                Prompt("ctx", "long"),
+                "ctx",
+                ["long"],
                 long_schema,
                 deadline=loop.time() + 60,
                 max_new_tokens=450,
@@ -111,5 +111,13 @@ async def test_cancelling_the_await_stops_the_worker(
         assert cancel.cancelled
         # The worker is free again within a step: the next call starts promptly.
         t0 = time.monotonic()
-        g = await backend.generate(Prompt("ctx", "next"), robot_schema, deadline=loop.time() + 60)
+        (g,) = await backend.generate("ctx", ["next"], robot_schema, deadline=loop.time() + 60)
         assert g.started_at - t0 < 0.2
+
+
+async def test_a_call_before_the_start_raises_not_started(
+    tiny_model_dir: Path, robot_schema: ActionSchema
+) -> None:
+    backend = TransformersBackend(model=str(tiny_model_dir), device="cpu", dtype="float32")
+    with pytest.raises(NotStarted):
+        await backend.generate("ctx", ["x"], robot_schema, deadline=1e9)

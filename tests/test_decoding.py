@@ -14,7 +14,6 @@ from forethought.planner import (
     LatencyModel,
     LatencyProfile,
     Prompt,
-    StopReason,
     TransformersBackend,
 )
 from forethought.policies import ActionSchema, DeadlinePassed, PromptTooLong
@@ -45,7 +44,7 @@ def test_prefix_reuse_gives_the_same_logits_as_no_reuse(tiny_backend: Transforme
     # full forward pass over the same tokens.
     cand = [[11, 12, 13, 14], [11, 12, 15], [16, 17, 18, 19, 20]]
     result = d.score(prefix, own, cand, deadline=far())
-    assert result.reason is StopReason.COMPLETE
+    assert result.reason is GenerationStatus.DONE
     assert result.scores is not None
     for tokens, got in zip(cand, result.scores, strict=True):
         full = torch.log_softmax(_full_logits(tiny_backend, [*prefix, *own, *tokens]), dim=-1)
@@ -72,9 +71,9 @@ def test_reuse_and_no_reuse_decode_the_same_tokens(tiny_backend: TransformersBac
 def test_batched_greedy_equals_sequential(
     tiny_backend: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
-    batch = tiny_backend.generate_batch_sync(CONTEXT, EVENTS, robot_schema, deadline=far())
+    batch = tiny_backend.generate_sync(CONTEXT, EVENTS, robot_schema, deadline=far())
     for event, got in zip(EVENTS, batch, strict=True):
-        alone = tiny_backend.generate_sync(Prompt(CONTEXT, event), robot_schema, deadline=far())
+        (alone,) = tiny_backend.generate_sync(CONTEXT, [event], robot_schema, deadline=far())
         assert got.text == alone.text
         assert got.status is alone.status
 
@@ -104,8 +103,8 @@ def test_jump_forward_feeds_forced_tokens_in_fewer_passes(
     slow = d.decode(
         prefix, [own], deadline=far(), engine=engine, compiled=compiled, jump_forward=False
     )
-    assert fast.rows[0].reason is StopReason.COMPLETE
-    assert slow.rows[0].reason is StopReason.COMPLETE
+    assert fast.rows[0].reason is GenerationStatus.DONE
+    assert slow.rows[0].reason is GenerationStatus.DONE
     assert fast.rows[0].forced > 0
     assert slow.rows[0].forced == 0
     assert fast.passes < slow.passes
@@ -137,7 +136,7 @@ def test_cancel_stops_within_a_step(tiny_backend: TransformersBackend) -> None:
         stop_at_eos=False,
     )
     timer.join()
-    assert result.rows[0].reason is StopReason.CANCELLED
+    assert result.rows[0].reason is GenerationStatus.CANCELLED
     assert result.passes > 0
     # It returns before a further pass would have finished: within one (generous) step.
     step = tiny_backend.latency.step(1).p95
@@ -155,7 +154,7 @@ def test_deadline_stops_before_the_overshooting_pass(tiny_backend: TransformersB
     for budget in (0.03, 0.06, 0.1, 0.2):
         deadline = time.monotonic() + budget
         r = d.decode(prefix, [own], deadline=deadline, max_new_tokens=100_000, stop_at_eos=False)
-        assert r.rows[0].reason is StopReason.DEADLINE
+        assert r.rows[0].reason is GenerationStatus.DEADLINE
         overshoots.append(r.finished_at - deadline)
     step = tiny_backend.latency.step(1).p95
     # One pass can run long on a busy 2-core machine (scheduling, GC): allow one outlier.
@@ -174,8 +173,8 @@ def test_call_predicted_not_to_fit_is_not_started(
     )
     backend.load(warm_up=False)
     t0 = time.monotonic()
-    g = backend.generate_sync(
-        Prompt(CONTEXT, EVENTS[0]), robot_schema, deadline=time.monotonic() + 0.5
+    (g,) = backend.generate_sync(
+        CONTEXT, [EVENTS[0]], robot_schema, deadline=time.monotonic() + 0.5
     )
     assert time.monotonic() - t0 < 0.25
     assert g.status is GenerationStatus.NOT_STARTED
@@ -188,9 +187,7 @@ def test_past_deadline_raises(
     tiny_backend: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
     with pytest.raises(DeadlinePassed) as info:
-        tiny_backend.generate_sync(
-            Prompt(CONTEXT, "x"), robot_schema, deadline=time.monotonic() - 0.5
-        )
+        tiny_backend.generate_sync(CONTEXT, ["x"], robot_schema, deadline=time.monotonic() - 0.5)
     assert info.value.late_by >= 0.5
 
 
@@ -198,7 +195,7 @@ def test_prompt_longer_than_context_raises(
     tiny_backend: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
     with pytest.raises(PromptTooLong) as info:
-        tiny_backend.generate_sync(Prompt(CONTEXT * 60, "x"), robot_schema, deadline=far())
+        tiny_backend.generate_sync(CONTEXT * 60, ["x"], robot_schema, deadline=far())
     assert info.value.limit == 512
 
 

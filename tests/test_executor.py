@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from scripted import ScriptedBackend
 
+from forethought.planner import ScriptedBackend
 from forethought.policies import ActionSchema, EventSpace, PolicyNode, PolicyTree, WorldState
 from forethought.runtime import Event, Executor, ExecutorConfig, Tier
 from forethought.sims import run_virtual
@@ -34,13 +34,14 @@ STATE = WorldState({"zone": "aisle"})
 
 def make(backend: Any = None, tree: PolicyTree | None = None, **cfg: Any) -> Executor:
     schema = ActionSchema.from_json_schema(ACTION)
+    if backend is not None:
+        run_virtual(backend.__aenter__())  # a scripted backend's start touches no loop
     return Executor(
         space=EventSpace.from_specs(SPACE),
         schema=schema,
         tree=tree or PolicyTree(),
         default_action={"a": "stop"},
         description="test robot",
-        state=lambda: STATE,
         backend=backend,
         config=ExecutorConfig(**{"margin_ms": 5.0, **cfg}),
     )
@@ -56,7 +57,7 @@ def decide(ex: Executor, **event: Any) -> Any:
     async def go() -> Any:
         loop = asyncio.get_running_loop()
         ev = Event(arrived_at=loop.time(), **{"params": {}, **event})
-        return await ex.decide(ev)
+        return await ex.decide(ev, STATE)
 
     return run_virtual(go())
 
@@ -108,7 +109,7 @@ def test_tier_choice_follows_the_budget(
         prefill_per_token_s=per_token,
         step_s=step,
         pick=1,
-        live_action={"a": "go", "v": 1.0},
+        action={"a": "go", "v": 1.0},
     )
     ex = make(backend)
     assert ex.candidates is not None
@@ -183,8 +184,8 @@ def test_exactly_one_decision_per_event_id() -> None:
     async def go() -> list[Any]:
         loop = asyncio.get_running_loop()
         ev = Event("same", "obstacle", {"d": 1.0}, arrived_at=loop.time(), deadline=1.0)
-        first, second = await asyncio.gather(ex.decide(ev), ex.decide(ev))
-        third = await ex.decide(Event("same", "clear", {}, arrived_at=loop.time()))
+        first, second = await asyncio.gather(ex.decide(ev, STATE), ex.decide(ev, STATE))
+        third = await ex.decide(Event("same", "clear", {}, arrived_at=loop.time()), STATE)
         return [first, second, third]
 
     a, b, c = run_virtual(go())

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from forethought.planner import GenerationStatus, Prompt, TransformersBackend, make_engine
+from forethought.planner import GenerationStatus, TransformersBackend, make_engine
 from forethought.policies import ActionSchema, SchemaError
 
 pytestmark = pytest.mark.model
@@ -72,7 +72,7 @@ def test_every_completed_output_validates(tiny_model_dir, engine: str) -> None:
     for i, raw in enumerate(SCHEMAS):
         schema = ActionSchema.from_json_schema(raw)
         backend.prepare_sync(schema)
-        gens = backend.generate_batch_sync(
+        gens = backend.generate_sync(
             f"Context {i}.", EVENTS, schema, deadline=time.monotonic() + 120, max_new_tokens=48
         )
         for g in gens:
@@ -93,7 +93,7 @@ def test_grammar_is_compiled_once_per_schema(
     before = engine.compiles  # type: ignore[attr-defined]
     tiny_backend.prepare_sync(robot_schema)
     for e in ("a", "b", "c"):
-        tiny_backend.generate_sync(Prompt("ctx", e), robot_schema, deadline=time.monotonic() + 60)
+        tiny_backend.generate_sync("ctx", [e], robot_schema, deadline=time.monotonic() + 60)
     assert engine.compiles - before <= 1  # type: ignore[attr-defined]
 
 

@@ -11,12 +11,12 @@ from typing import Any
 import aiomqtt
 import orjson
 import pytest
-from conftest import Broker
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
-from scripted import ScriptedBackend
 
 from forethought import Agent, AgentConfig, AgentSpec
+from forethought.bench import MosquittoBroker as Broker
+from forethought.planner import ScriptedBackend
 from forethought.runtime import MqttBus, payload_bytes
 
 pytestmark = pytest.mark.broker
@@ -79,7 +79,7 @@ async def running(
         **bus_kw,
     )
     backend = ScriptedBackend(
-        score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, live_action={"a": "go"}
+        score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, action={"a": "go"}
     )
     agent = Agent(SPEC, backend=backend, bus=bus, config=AgentConfig())
     async with aiomqtt.Client(
@@ -187,7 +187,7 @@ async def test_reconnects_after_a_broker_restart(broker: Broker, agent_id: str) 
         url=broker.url, agent_id=agent_id, reconnect_min_s=0.05, reconnect_max_s=0.2, keepalive=2
     )
     backend = ScriptedBackend(
-        score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, live_action={"a": "go"}
+        score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, action={"a": "go"}
     )
     async with Agent(SPEC, backend=backend, bus=bus, config=AgentConfig()) as agent:
         await bus.wait_connected(10)
@@ -220,22 +220,24 @@ async def test_bounded_queue_drops_the_oldest(broker: Broker, agent_id: str) -> 
     async with (
         bus,
         aiomqtt.Client("127.0.0.1", broker.port, protocol=aiomqtt.ProtocolVersion.V5) as client,
+        asyncio.TaskGroup() as tg,
     ):
+        connection = tg.create_task(bus.run(), name="test.bus")  # what an agent's group runs
         await bus.wait_connected(10)
         await client.subscribe(f"forethought/{agent_id}/errors", qos=1)
         listener = Listener(client)
-        async with asyncio.TaskGroup() as tg:
-            pump = tg.create_task(listener.pump(), name="test.pump")
-            for i in range(5):  # nobody is consuming events yet
-                await client.publish(f"forethought/{agent_id}/events/ping", event(20 + i), qos=1)
-            errors = await listener.wait("errors", 3)
-            pump.cancel()
+        pump = tg.create_task(listener.pump(), name="test.pump")
+        for i in range(5):  # nobody is consuming events yet
+            await client.publish(f"forethought/{agent_id}/events/ping", event(20 + i), qos=1)
+        errors = await listener.wait("errors", 3)
+        pump.cancel()
         assert [e["body"]["id"] for e in errors] == ["e20", "e21", "e22"]
         assert all("queue full" in e["body"]["error"] for e in errors)
         events = bus.events()
         got = [(await anext(events)).id for _ in range(2)]
         assert got == ["e23", "e24"]
         assert bus.stats.dropped_full == 3
+        connection.cancel()
 
 
 async def test_simulator_replays_through_the_broker(
@@ -254,7 +256,7 @@ async def test_simulator_replays_through_the_broker(
     scenario = load_scenario(path)
     bus = MqttBus(url=broker.url, agent_id=agent_id)
     backend = ScriptedBackend(
-        score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, live_action={"a": "go"}
+        score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, action={"a": "go"}
     )
     async with Agent(SPEC, backend=backend, bus=bus, config=AgentConfig()):
         await bus.wait_connected(10)

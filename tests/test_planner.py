@@ -73,9 +73,9 @@ async def run_until_asleep(planner: Planner, within_s: float = 60.0) -> None:
 
 
 async def test_fills_the_tree_in_priority_order_then_sleeps_without_cpu(
-    tiny_backend: TransformersBackend, robot_schema: ActionSchema
+    running_tiny: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
-    planner, tree = make_planner(tiny_backend, robot_schema)
+    planner, tree = make_planner(running_tiny, robot_schema)
     expected_first = [b.key for b in planner.candidates()[:2]]
     assert all(k.type == "obstacle" for k in expected_first)  # most probable type first
     async with asyncio.TaskGroup() as tg:
@@ -95,9 +95,9 @@ async def test_fills_the_tree_in_priority_order_then_sleeps_without_cpu(
 
 
 async def test_replans_after_a_state_change(
-    tiny_backend: TransformersBackend, robot_schema: ActionSchema
+    running_tiny: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
-    planner, tree = make_planner(tiny_backend, robot_schema, batch_size=4)
+    planner, tree = make_planner(running_tiny, robot_schema, batch_size=4)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(planner.run(), name="forethought.planner")
         await run_until_asleep(planner)
@@ -114,10 +114,10 @@ async def test_replans_after_a_state_change(
 
 
 async def test_plans_past_the_next_event_with_effects(
-    tiny_backend: TransformersBackend, robot_schema: ActionSchema
+    running_tiny: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
     planner, tree = make_planner(
-        tiny_backend, robot_schema, max_depth=2, batch_size=8, min_value=0.0
+        running_tiny, robot_schema, max_depth=2, batch_size=8, min_value=0.0
     )
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(planner.run(), name="forethought.planner")
@@ -130,7 +130,7 @@ async def test_plans_past_the_next_event_with_effects(
 
 
 async def test_yields_the_model_to_an_urgent_caller_within_a_step(
-    tiny_backend: TransformersBackend,
+    running_tiny: TransformersBackend,
 ) -> None:
     long_schema = ActionSchema.from_json_schema(
         {
@@ -139,7 +139,7 @@ async def test_yields_the_model_to_an_urgent_caller_within_a_step(
             "required": ["say"],
         }
     )
-    planner, _ = make_planner(tiny_backend, long_schema, batch_size=4, max_new_tokens=400)
+    planner, _ = make_planner(running_tiny, long_schema, batch_size=4, max_new_tokens=400)
     gate = planner._gate
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(planner.run(), name="forethought.planner")
@@ -149,7 +149,7 @@ async def test_yields_the_model_to_an_urgent_caller_within_a_step(
         async with gate.urgent():
             waited = time.monotonic() - t0
         task.cancel()
-    step = tiny_backend.latency.step(4).p95
+    step = running_tiny.latency.step(4).p95
     assert gate.preemptions >= 1
     assert waited <= 3 * step + 0.02, (waited, step)
     assert planner.stats.cancelled >= 1
@@ -171,19 +171,19 @@ class FlakyBackend:
     def latency(self) -> Any:
         return self._inner.latency
 
-    async def generate_batch(
+    async def generate(
         self, context: str, events: Sequence[str], schema: ActionSchema, **kw: Any
     ) -> Any:
         self.calls += 1
         if self.calls <= self._failures:
             raise BackendError("simulated device fault")
-        return await self._inner.generate_batch(context, events, schema, **kw)
+        return await self._inner.generate(context, events, schema, **kw)
 
 
 async def test_model_errors_are_counted_and_retried(
-    tiny_backend: TransformersBackend, robot_schema: ActionSchema
+    running_tiny: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
-    flaky = FlakyBackend(tiny_backend, failures=2)
+    flaky = FlakyBackend(running_tiny, failures=2)
     planner, tree = make_planner(flaky, robot_schema, retry_base_s=0.05, batch_size=8)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(planner.run(), name="forethought.planner")

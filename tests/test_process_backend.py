@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from forethought.planner import CancelSignal, GenerationStatus, ModelGate, ProcessBackend, Prompt
+from forethought.planner import CancelSignal, GenerationStatus, ModelGate, ProcessBackend
 from forethought.policies import ActionSchema, DeadlinePassed, ModelNotFound, PromptTooLong
 
 pytestmark = pytest.mark.model
@@ -21,22 +21,20 @@ async def test_calls_cancel_and_errors_cross_the_process(
         loop = asyncio.get_running_loop()
         await be.prepare(robot_schema)
         assert be.latency.step(1).p50 > 0  # adopted from the worker's warm-up
-        g = await be.generate(Prompt("ctx", "event"), robot_schema, deadline=loop.time() + 30)
+        (g,) = await be.generate("ctx", ["event"], robot_schema, deadline=loop.time() + 30)
         assert g.status in (GenerationStatus.DONE, GenerationStatus.LENGTH)
         if g.ok:
             assert g.action == robot_schema.parse(g.text)  # re-parsed in this process
-        gens = await be.generate_batch("ctx", ["a", "b"], robot_schema, deadline=loop.time() + 30)
+        gens = await be.generate("ctx", ["a", "b"], robot_schema, deadline=loop.time() + 30)
         assert len(gens) == 2
         cands = robot_schema.enumerate(10)
         assert cands is not None
-        scores = await be.score(
-            Prompt("ctx", "event"), cands, robot_schema, deadline=loop.time() + 30
-        )
+        scores = await be.score("ctx", "event", cands, robot_schema, deadline=loop.time() + 30)
         assert scores.best is not None
         with pytest.raises(DeadlinePassed):
-            await be.generate(Prompt("ctx", "x"), robot_schema, deadline=loop.time() - 1)
+            await be.generate("ctx", ["x"], robot_schema, deadline=loop.time() - 1)
         with pytest.raises(PromptTooLong):
-            await be.generate(Prompt("ctx " * 600, "x"), robot_schema, deadline=loop.time() + 30)
+            await be.generate("ctx " * 600, ["x"], robot_schema, deadline=loop.time() + 30)
         # A long batch, preempted through the gate like the executor does.
         long_schema = ActionSchema.from_json_schema(
             {
@@ -50,7 +48,7 @@ async def test_calls_cancel_and_errors_cross_the_process(
         async def background() -> list[object]:
             async with gate.background() as cancel:
                 return list(
-                    await be.generate_batch(
+                    await be.generate(
                         "ctx",
                         ["p", "q"],
                         long_schema,
@@ -70,8 +68,9 @@ async def test_calls_cancel_and_errors_cross_the_process(
         assert waited < 0.5
         cancel = CancelSignal()
         cancel.cancel()
-        g = await be.generate(
-            Prompt("ctx", "y"),
+        (g,) = await be.generate(
+            "ctx",
+            ["y"],
             long_schema,
             deadline=loop.time() + 30,
             cancel=cancel,

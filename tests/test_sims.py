@@ -8,9 +8,8 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from scripted import ScriptedBackend
 
-from forethought.planner import LatencyProfile, TransformersBackend
+from forethought.planner import LatencyProfile, ScriptedBackend, TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
     load_scenario,
@@ -102,12 +101,15 @@ def test_live_strategy_queues_with_exact_deadline_arithmetic(tmp_path: Path) -> 
         ],
     }
     scenario = load_scenario(write(tmp_path, data))
-    backend = ScriptedBackend(live_s=0.1, live_action={"a": "go"})
-    runs = replay(scenario, backend, strategies=("live",))
-    recs = runs["live"].records
+    runs = replay(
+        scenario,
+        lambda: ScriptedBackend(live_s=0.1, action={"a": "go"}),
+        strategies=("live-naive",),
+    )
+    recs = runs["live-naive"].records
     assert [r.latency_ms for r in recs] == pytest.approx([100.0, 150.0, 100.0, 190.0])
     assert [r.met for r in recs] == [True, True, True, False]
-    assert metrics(runs["live"])["deadline_hit_rate"] == 0.75
+    assert metrics(runs["live-naive"])["deadline_hit_rate"] == 0.75
 
 
 def test_hybrid_strategy_in_virtual_time(tmp_path: Path) -> None:
@@ -119,10 +121,13 @@ def test_hybrid_strategy_in_virtual_time(tmp_path: Path) -> None:
         ],
     }
     scenario = load_scenario(write(tmp_path, data))
-    backend = ScriptedBackend(
-        score_s=0.05, live_s=0.05, prefill_s=0.05, step_s=0.001, live_action={"a": "go"}
+    runs = replay(
+        scenario,
+        lambda: ScriptedBackend(
+            score_s=0.05, live_s=0.05, prefill_s=0.05, step_s=0.001, action={"a": "go"}
+        ),
+        strategies=("tree", "hybrid"),
     )
-    runs = replay(scenario, backend, strategies=("tree", "hybrid"))
     tree, hybrid = runs["tree"].records, runs["hybrid"].records
     assert tree[0].tier == "tree"  # planned in the 5 s before it arrived
     assert tree[0].latency_ms == 0.0
@@ -148,7 +153,7 @@ def test_virtual_replays_are_byte_identical(
         blobs.append(path.read_bytes())
     assert blobs[0] == blobs[1]
     lines = [orjson.loads(x) for x in blobs[0].splitlines()]
-    assert len(lines) == 3 * 13
+    assert len(lines) == 4 * 13
     assert set(lines[0]) >= {
         "strategy",
         "index",
@@ -172,15 +177,29 @@ def test_report_files_are_well_formed(tmp_path: Path) -> None:
         ],
     }
     scenario = load_scenario(write(tmp_path, data))
-    runs = replay(scenario, ScriptedBackend(live_s=0.1, live_action={"a": "go"}))
+    runs = replay(scenario, lambda: ScriptedBackend(live_s=0.1, action={"a": "go"}))
     write_json(tmp_path / "r.json", scenario, runs, model="scripted", clock="virtual", profile={})
     report = orjson.loads((tmp_path / "r.json").read_bytes())
     assert report["scenario"] == "t"
-    assert set(report["strategies"]) == {"live", "tree", "hybrid"}
+    assert set(report["strategies"]) == {"live-naive", "live", "tree", "hybrid"}
     hybrid = report["strategies"]["hybrid"]
-    for key in ("events", "deadline_hit_rate", "latency_ms", "tiers", "tree_hit_rate", "accuracy"):
+    for key in (
+        "correct_in_time",
+        "answered_in_time",
+        "fallback_rate",
+        "correct",
+        "fidelity",
+        "deadline_hit_rate",
+        "graded",
+        "latency_ms",
+        "tiers",
+        "tree_hit_rate",
+    ):
         assert key in hybrid
-    assert report["strategies"]["live"]["accuracy"] == 1.0
+    naive = report["strategies"]["live-naive"]
+    assert naive["graded"] == 1
+    assert naive["correct"] == 1.0
+    assert naive["correct_in_time"] == 1.0
     index = write_report(tmp_path / "report", scenario, runs)
     page = index.read_text()
     assert page.count("<img") == 3
@@ -196,9 +215,9 @@ def test_shipped_scenario_end_to_end_on_the_embedded_model(
     backend.load()
     scenario = load_scenario(SCENARIOS / "service-kiosk.yaml")
     runs = replay(scenario, backend, profile=backend.latency.profile())
-    m = {k: metrics(v, runs["live"]) for k, v in runs.items()}
+    m = {k: metrics(v) for k, v in runs.items()}
     assert m["hybrid"]["events"] == len(scenario.events())
-    assert m["hybrid"]["deadline_hit_rate"] >= m["live"]["deadline_hit_rate"]
+    assert m["hybrid"]["deadline_hit_rate"] >= m["live-naive"]["deadline_hit_rate"]
     assert m["hybrid"]["deadline_hit_rate"] >= 0.99
     assert m["hybrid"]["out_of_space"] == 1
     schema = scenario.spec.action_schema()
@@ -216,13 +235,18 @@ def test_real_clock_replay_runs_on_the_wall_clock(tmp_path: Path) -> None:
         ],
     }
     scenario = load_scenario(write(tmp_path, data))
-    backend = ScriptedBackend(live_s=0.02, live_action={"a": "go"})
     import time
 
     t0 = time.monotonic()
-    runs = replay(scenario, backend, strategies=("live",), clock="real", speed=4.0)
+    runs = replay(
+        scenario,
+        lambda: ScriptedBackend(live_s=0.02, action={"a": "go"}),
+        strategies=("live-naive",),
+        clock="real",
+        speed=4.0,
+    )
     wall = time.monotonic() - t0
     assert 0.1 <= wall < 2.0  # 400 ms of scenario at 4x, plus two 20 ms calls
-    recs = runs["live"].records
+    recs = runs["live-naive"].records
     assert [r.met for r in recs] == [True, True]
     assert all(15.0 <= r.latency_ms < 150.0 for r in recs)

@@ -9,7 +9,6 @@ import pytest
 from forethought.planner import (
     GenerationStatus,
     LoadedModel,
-    Prompt,
     TransformersBackend,
 )
 from forethought.policies import ActionSchema
@@ -40,15 +39,13 @@ def test_first_load_converts_then_the_cache_is_used(
 
 def test_compact_actions_validate(smollm2: TransformersBackend, robot_schema: ActionSchema) -> None:
     events = ["person: side=front distance_m=0.8", "battery_low: level=0.1", "path_clear"]
-    gens = smollm2.generate_batch_sync(
-        CONTEXT, events, robot_schema, deadline=time.monotonic() + 60
-    )
+    gens = smollm2.generate_sync(CONTEXT, events, robot_schema, deadline=time.monotonic() + 60)
     for g in gens:
         assert g.status is GenerationStatus.DONE, g.text
         assert robot_schema.parse(g.text) == g.action
         assert g.text.startswith('{"a":"')
-    single = smollm2.generate_sync(
-        Prompt(CONTEXT, events[0]), robot_schema, deadline=time.monotonic() + 60
+    (single,) = smollm2.generate_sync(
+        CONTEXT, [events[0]], robot_schema, deadline=time.monotonic() + 60
     )
     assert single.ok
     assert single.text == gens[0].text  # batched greedy equals the single call
@@ -61,7 +58,8 @@ def test_scoring_and_a_tight_deadline(
     candidates = robot_schema.enumerate(10)
     assert candidates is not None
     scores = smollm2.score_sync(
-        Prompt(CONTEXT, "person ahead at 0.5 m"),
+        CONTEXT,
+        "person ahead at 0.5 m",
         candidates,
         robot_schema,
         deadline=time.monotonic() + 60,
@@ -69,8 +67,8 @@ def test_scoring_and_a_tight_deadline(
     assert scores.status is GenerationStatus.DONE
     assert scores.best is not None
     deadline = time.monotonic() + 0.12
-    g = smollm2.generate_sync(
-        Prompt(CONTEXT, "forklift crossing ahead"), robot_schema, deadline=deadline
+    (g,) = smollm2.generate_sync(
+        CONTEXT, ["forklift crossing ahead"], robot_schema, deadline=deadline
     )
     assert g.status.cut or g.ok
     assert g.finished_at <= deadline + smollm2.latency.step(1).p95

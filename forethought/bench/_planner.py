@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from forethought._bench_model import BENCH_ACTION as ACTION
 from forethought.planner import Forecaster, ModelGate, Planner, PlannerConfig, TransformersBackend
 from forethought.policies import (
     ActionSchema,
@@ -27,6 +26,8 @@ from forethought.policies import (
     PolicyTree,
     WorldState,
 )
+
+from ._model import BENCH_ACTION as ACTION
 
 __all__ = ["WAREHOUSE_EVENTS", "run_planner_bench"]
 

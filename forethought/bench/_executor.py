@@ -9,28 +9,22 @@ loop shows up as latency. Every emitted action is validated against the schema a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import shutil
 import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import aiomqtt
 import numpy as np
 import orjson
 
-from forethought._bench_model import BENCH_ACTION
 from forethought.planner import ModelBackend, PlannerConfig, ProcessBackend, TransformersBackend
 from forethought.policies import AgentSpec
-from forethought.runtime import Event, MqttBus, Tier, payload_bytes
+from forethought.runtime import Agent, AgentConfig, Event, MqttBus, Tier, payload_bytes
 
-from ._agent import Agent
-from ._config import AgentConfig
+from ._broker import MosquittoBroker, mosquitto_path
+from ._model import BENCH_ACTION
 
 __all__ = ["run_executor_bench"]
 
@@ -80,7 +74,7 @@ async def _in_process(agent: Agent, n: int, hz: float) -> dict[str, Any]:
         arrived = loop.time()
         lag.append(arrived - tick)
         ev = Event(f"ip{i}", key.type, dict(key.params), arrived_at=arrived)
-        d = await agent.executor.decide(ev)
+        d = await agent.decide(ev)
         lat.append(d.decided_at - arrived)
         if d.tier is Tier.TREE and not d.met:
             misses += 1
@@ -105,46 +99,12 @@ async def _in_process(agent: Agent, n: int, hz: float) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class _Broker:
-    """A local Mosquitto for the round-trip figure (started before the event loop runs)."""
-
-    def __init__(self) -> None:
-        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        self.port = _free_port()
-        self._dir = tempfile.TemporaryDirectory()
-        conf = Path(self._dir.name) / "mosquitto.conf"
-        # set_tcp_nodelay: without it the broker's Nagle adds ~20-40 ms per small message.
-        conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n"
-        )
-        self._proc = subprocess.Popen(  # noqa: S603 - our own fixed command line
-            [exe, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        for _ in range(250):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
-                return
-            time.sleep(0.02)
-        self.close()
-        raise RuntimeError("mosquitto did not start")
-
-    def close(self) -> None:
-        self._proc.kill()
-        self._proc.wait()
-        self._dir.cleanup()
-
-
 async def _mqtt_run(
     backend: ModelBackend, spec: AgentSpec, keys: list[Any], n: int, hz: float, port: int
 ) -> dict[str, Any]:
     bus = MqttBus(url=f"mqtt://127.0.0.1:{port}", agent_id="bench")
     # The planner generates throughout here too (min_value 0: every uncovered key is work).
-    cfg = AgentConfig(planner=PlannerConfig(batch_size=4, max_depth=1, min_value=0.0))
+    cfg = AgentConfig.defaults(planner=PlannerConfig(batch_size=4, max_depth=1, min_value=0.0))
     agent = Agent(spec, backend=backend, bus=bus, config=cfg)
     sent: dict[str, float] = {}
     rtt: list[float] = []
@@ -207,10 +167,10 @@ async def _one_mode(
     mode: str,
     quick: bool,
     say: Callable[[str], None],
-    broker: _Broker | None,
+    broker: MosquittoBroker | None,
 ) -> dict[str, Any]:
     spec = AgentSpec.from_data(SPEC)
-    cfg = AgentConfig(planner=PlannerConfig(batch_size=4, max_depth=1, min_value=0.0))
+    cfg = AgentConfig.defaults(planner=PlannerConfig(batch_size=4, max_depth=1, min_value=0.0))
     out: dict[str, Any] = {}
     async with Agent(spec, backend=backend, config=cfg) as agent:
         assert agent.planner is not None
@@ -244,7 +204,10 @@ async def _one_mode(
 
 
 async def _run(
-    backend: TransformersBackend, quick: bool, say: Callable[[str], None], broker: _Broker | None
+    backend: TransformersBackend,
+    quick: bool,
+    say: Callable[[str], None],
+    broker: MosquittoBroker | None,
 ) -> dict[str, Any]:
     """The same runs with the model on a thread, then in a worker process."""
     out = {"thread": await _one_mode(backend, "thread", quick, say, broker)}
@@ -260,8 +223,9 @@ def run_executor_bench(
     backend: TransformersBackend, *, quick: bool, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Run the executor suite on a loaded backend."""
-    has_broker = shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists()
-    broker = _Broker() if has_broker else None
+    broker = MosquittoBroker() if mosquitto_path() is not None else None
+    if broker is not None:
+        broker.start()
     try:
         return asyncio.run(_run(backend, quick, say, broker))
     finally:

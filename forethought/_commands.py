@@ -16,11 +16,9 @@ import orjson
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from forethought.policies import ConfigError
-from forethought.runtime import MqttBus, parse_mqtt_url, payload_bytes
-
-from ._agent import Agent
-from ._config import AgentConfig
+from forethought.policies import AgentSpec, ConfigError, NoDecision
+from forethought.runtime import Agent, AgentConfig, MqttBus, parse_mqtt_url, payload_bytes
+from forethought.sims import SCENARIO_KEYS
 
 __all__ = ["run_agent", "send_event"]
 
@@ -45,7 +43,8 @@ async def run_agent(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    agent = Agent(spec, bus=bus, config=cfg)
+    # A scenario file is a spec plus a trace: the simulator's keys are skipped.
+    agent = Agent(AgentSpec.from_file(spec, ignore=SCENARIO_KEYS), bus=bus, config=cfg)
     async with agent:
         print(
             f"forethought: agent {ident!r} ready on {url}; events on {bus.events_filter}, "
@@ -110,7 +109,5 @@ async def send_event(
                     reply["round_trip_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
                     return reply
         except TimeoutError:
-            raise ConfigError(
-                "agent_id", agent_id, f"no decision within {wait_s} s (is the agent running?)"
-            ) from None
-    raise ConfigError("mqtt", mqtt, "connection closed before a decision came")
+            raise NoDecision(event_id, wait_s, f"is agent {agent_id!r} running?") from None
+    raise NoDecision(event_id, wait_s, "the connection closed before a decision came")

@@ -19,7 +19,7 @@ import orjson
 
 from forethought.planner import TransformersBackend
 
-from ._bench_model import BENCH_ACTION, ModelBench
+from ._model import BENCH_ACTION, ModelBench
 
 __all__ = ["BENCH_ACTION", "run_bench"]
 
@@ -66,7 +66,7 @@ def run_bench(
     load["cached_s"] = cached.load(warm_up=False).load_seconds
     del cached
     t0 = time.perf_counter()
-    backend._warm_up()
+    backend.warm_up()
     load["warm_up_s"] = time.perf_counter() - t0
     conv = load.get("converting_s")
     load["cached_over_converting"] = load["cached_s"] / conv if conv else None
@@ -92,7 +92,7 @@ def run_bench(
             report[name] = getattr(bench, name)()
         targets |= _targets(report, grammar)
     if suite in ("planner", "all"):
-        from forethought._bench_planner import (  # noqa: PLC0415
+        from ._planner import (  # noqa: PLC0415
             planner_targets,
             run_planner_bench,
         )
@@ -100,7 +100,7 @@ def run_bench(
         report["planner"] = run_planner_bench(backend, quick=quick, say=say)
         targets |= {k: _target(*v) for k, v in planner_targets(report["planner"]).items()}
     if suite in ("executor", "all"):
-        from forethought._bench_executor import (  # noqa: PLC0415
+        from ._executor import (  # noqa: PLC0415
             executor_targets,
             run_executor_bench,
         )

@@ -13,7 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from forethought.planner import CancelSignal, Prompt, TransformersBackend, make_engine
+from forethought.planner import (
+    CancelSignal,
+    DecodeOptions,
+    Prompt,
+    TransformersBackend,
+    make_engine,
+)
 from forethought.policies import ActionForm, ActionSchema
 
 __all__ = ["BENCH_ACTION", "ModelBench"]
@@ -98,6 +104,15 @@ class ModelBench:
         self.schema = ActionSchema.from_json_schema(BENCH_ACTION)
         self.reps = 1 if quick else 7  # after one warm call per shape
 
+    def variant(self, **options: Any) -> TransformersBackend:
+        """The backend decoding another way (same weights and latency fit; a fresh cache)."""
+        return self.b.sharing(latency=self.b.latency, options=DecodeOptions(**options))
+
+    def _one(self, b: TransformersBackend, event: str, **kw: Any) -> Any:
+        """One action generated for ``event`` (no deadline unless given)."""
+        kw.setdefault("deadline", _far())
+        return b.generate_sync(CONTEXT, [event], self.schema, **kw)[0]
+
     def _median_call(self, fn: Callable[[], float]) -> float:
         fn()  # warm this exact shape once
         return statistics.median(fn() for _ in range(self.reps))
@@ -164,17 +179,11 @@ class ModelBench:
 
     def compact_vs_verbose(self) -> dict[str, Any]:
         """The same decision written verbose (readable keys + reason) and compact."""
-        b = self.b
         out: dict[str, dict[str, Any]] = {}
         for form in (ActionForm.VERBOSE, ActionForm.COMPACT):
-            b.prepare_sync(self.schema, form)
-            g = b.generate_sync(
-                Prompt(CONTEXT, EVENTS[0]),
-                self.schema,
-                deadline=_far(),
-                form=form,
-                max_new_tokens=96,
-            )
+            v = self.variant(form=form)
+            v.prepare_sync(self.schema)
+            g = self._one(v, EVENTS[0], max_new_tokens=96)
             out[form.value] = {
                 "tokens": g.output_tokens,
                 "ms": _ms(g.seconds),
@@ -279,13 +288,10 @@ class ModelBench:
             ]
         ]
         b.prepare_sync(self.schema)
-        prompt = Prompt(CONTEXT, EVENTS[2])
         score = self._median_call(
-            lambda: b.score_sync(prompt, cands, self.schema, deadline=_far()).seconds
+            lambda: b.score_sync(CONTEXT, EVENTS[2], cands, self.schema, deadline=_far()).seconds
         )
-        gen = self._median_call(
-            lambda: b.generate_sync(prompt, self.schema, deadline=_far()).seconds
-        )
+        gen = self._median_call(lambda: self._one(b, EVENTS[2]).seconds)
         self.say(f"score K=8 {_ms(score)} ms vs generate one {_ms(gen)} ms: {gen / score:.2f}x")
         return {"score_ms": _ms(score), "generate_ms": _ms(gen), "speedup": gen / score}
 
@@ -295,9 +301,9 @@ class ModelBench:
         out: dict[str, Any] = {}
         for size in (1, 4, 16):
             events = EVENTS[:size]
-            b.generate_batch_sync(CONTEXT, events, self.schema, deadline=_far())
+            b.generate_sync(CONTEXT, events, self.schema, deadline=_far())
             t0 = time.perf_counter()
-            gens = b.generate_batch_sync(CONTEXT, events, self.schema, deadline=_far())
+            gens = b.generate_sync(CONTEXT, events, self.schema, deadline=_far())
             total = time.perf_counter() - t0
             out[f"B{size}"] = {
                 "request_latency_ms": _ms(total),
@@ -310,7 +316,7 @@ class ModelBench:
             )
         t0 = time.perf_counter()
         for e in EVENTS:
-            b.generate_sync(Prompt(CONTEXT, e), self.schema, deadline=_far())
+            self._one(b, e)
         seq = time.perf_counter() - t0
         out["sequential16_branches_per_s"] = 16 / seq
         out["speedup16"] = out["B16"]["branches_per_s"] / out["sequential16_branches_per_s"]
@@ -322,22 +328,11 @@ class ModelBench:
     def live_paths(self) -> dict[str, Any]:
         """A live compact action: cached prefix + jump-forward vs neither."""
         b = self.b
-        prompt = Prompt(CONTEXT, EVENTS[3])
-        fast = self._median_call(
-            lambda: b.generate_sync(prompt, self.schema, deadline=_far()).seconds
-        )
-        slow = self._median_call(
-            lambda: (
-                b.generate_sync(
-                    prompt, self.schema, deadline=_far(), reuse_prefix=False, jump_forward=False
-                ).seconds
-            )
-        )
-        jf_only = self._median_call(
-            lambda: (
-                b.generate_sync(prompt, self.schema, deadline=_far(), reuse_prefix=False).seconds
-            )
-        )
+        neither = self.variant(reuse_prefix=False, jump_forward=False)
+        jump_only = self.variant(reuse_prefix=False)
+        fast = self._median_call(lambda: self._one(b, EVENTS[3]).seconds)
+        slow = self._median_call(lambda: self._one(neither, EVENTS[3]).seconds)
+        jf_only = self._median_call(lambda: self._one(jump_only, EVENTS[3]).seconds)
         self.say(
             f"live action: reuse+jump-forward {_ms(fast)} ms, jump-forward only "
             f"{_ms(jf_only)} ms, neither {_ms(slow)} ms: ratio {fast / slow:.2f}"
@@ -351,7 +346,8 @@ class ModelBench:
 
     def cancellation(self) -> dict[str, Any]:
         """How far past its deadline a call ends, across deadlines that cut it mid-way."""
-        b = self.b
+        b = self.variant(form=ActionForm.VERBOSE)
+        b.prepare_sync(self.schema)
         step = b.latency.step(1).p50
         rng = random.Random(7)
         trials = 6 if self.quick else 40
@@ -359,11 +355,10 @@ class ModelBench:
         for i in range(trials):
             budget = rng.uniform(0.05, 1.2)
             deadline = time.monotonic() + budget
-            g = b.generate_sync(
-                Prompt(CONTEXT, EVENTS[i % len(EVENTS)]),
-                self.schema,
+            g = self._one(
+                b,
+                EVENTS[i % len(EVENTS)],
                 deadline=deadline,
-                form=ActionForm.VERBOSE,
                 max_new_tokens=96,
                 cancel=CancelSignal(),
             )

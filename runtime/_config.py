@@ -19,7 +19,8 @@ from pydantic_settings import (
 
 from forethought.planner import DEFAULT_MODEL, PlannerConfig
 from forethought.policies import ConfigError, first_problem
-from forethought.runtime import ExecutorConfig
+
+from ._executor import ExecutorConfig
 
 __all__ = ["AgentConfig", "MqttConfig"]
 
@@ -43,6 +44,7 @@ class AgentConfig(BaseSettings):
         env_prefix="FORETHOUGHT_", env_nested_delimiter="__", extra="forbid", frozen=True
     )
     _toml_file: ClassVar[Path | None] = None
+    _read_env: ClassVar[bool] = True
 
     model: str = DEFAULT_MODEL
     device: str = "auto"
@@ -56,6 +58,9 @@ class AgentConfig(BaseSettings):
     snapshot: Path | None = None
     """Where the policy tree is saved at shutdown and reloaded at start (None: not kept)."""
     max_state_bytes: int = Field(default=16_384, ge=2)
+    max_concurrent: int = Field(default=64, ge=1)
+    """Events decided at once; past this the agent stops taking events from its bus, whose
+    bounded queue then drops the oldest (real back-pressure, counted by the bus)."""
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     mqtt: MqttConfig = Field(default_factory=MqttConfig)
@@ -70,10 +75,22 @@ class AgentConfig(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Keyword arguments, then the environment, then the TOML file."""
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings]
+        if cls._read_env:
+            sources.append(env_settings)
         if cls._toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
         return tuple(sources)
+
+    @classmethod
+    def defaults(cls, **overrides: Any) -> AgentConfig:
+        """The defaults and ``overrides`` only: reads neither the environment nor a file."""
+        bound = type("AgentConfigDefaults", (cls,), {"_read_env": False})
+        try:
+            return bound(**overrides)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            where, value, problem = first_problem(exc)
+            raise ConfigError(where or "config", value, problem) from None
 
     @classmethod
     def load(cls, toml: str | Path | None = None, **overrides: Any) -> AgentConfig:

@@ -1,0 +1,11 @@
+"""``forethought bench``: the benchmark suites, written against the public API.
+
+Suites: ``model`` (the latency law and each optimisation of the model layer), ``planner`` (the
+idle-time planner), ``executor`` (the critical path while the planner is busy, in-process and
+over a real Mosquitto). Figures are ratios measured side by side in one run.
+"""
+
+from ._broker import MosquittoBroker, free_port, mosquitto_path
+from ._suites import BENCH_ACTION, run_bench
+
+__all__ = ["BENCH_ACTION", "MosquittoBroker", "free_port", "mosquitto_path", "run_bench"]

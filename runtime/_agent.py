@@ -1,0 +1,304 @@
+"""The Agent: a spec, a model, a planner and an executor, living as long as one ``async with``.
+
+Like an aiomqtt client: the constructor takes keyword arguments and does no I/O
+(:meth:`Agent.from_file` reads files and the environment). ``async with agent:`` starts the
+backend on the running loop (so its deadlines are on that loop's clock), compiles the action
+grammar, reloads a tree snapshot if one is configured, and starts one TaskGroup of named tasks:
+the planner, and with a bus, the bus's own loop and the serve loop. A start that fails half way
+unwinds what it started. Leaving the block cancels the tasks, saves the snapshot, and stops the
+bus and the backend, in that order.
+
+The state lives here, in one place: the executor and the planner are handed it as a value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any, Self
+
+from forethought.planner import (
+    Forecaster,
+    ModelBackend,
+    ModelGate,
+    Planner,
+    ProcessBackend,
+    TransformersBackend,
+)
+from forethought.policies import (
+    AgentSpec,
+    EventKey,
+    NotStarted,
+    PolicyNode,
+    PolicyTree,
+    SnapshotError,
+    WorldState,
+)
+
+from ._bus import EventBus
+from ._config import AgentConfig
+from ._decision import Decision
+from ._event import Arrival, Event, EventPayload, parse_payload
+from ._executor import Executor
+from ._serve import serve
+
+__all__ = ["Agent"]
+
+log = logging.getLogger("forethought.agent")
+
+
+class Agent:
+    """An agent deciding events of one spec within their deadlines.
+
+    Args:
+        spec: what the agent decides about.
+        backend: the model (default: made from ``config`` when the agent starts).
+        bus: where events come from (optional; :meth:`decide` works without one).
+        config: how to run (default: :meth:`AgentConfig.defaults`, which reads nothing).
+
+    """
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        *,
+        backend: ModelBackend | None = None,
+        bus: EventBus | None = None,
+        config: AgentConfig | None = None,
+    ) -> None:
+        self.spec = spec
+        self.config = config or AgentConfig.defaults()
+        self.schema = spec.action_schema()
+        self.space = spec.event_space()
+        self._backend = backend
+        self.bus = bus
+        self._state = WorldState(
+            spec.state, fields=spec.state_fields, max_bytes=self.config.max_state_bytes
+        )
+        self.gate = ModelGate()
+        self.tree = PolicyTree(max_nodes=self.config.tree_max_nodes, on_evict=self._evicted)
+        self.forecaster = Forecaster(self.space)
+        self.planner: Planner | None = None
+        self.executor: Executor | None = None
+        self.ready = asyncio.Event()
+        self.rejected = 0
+        self.snapshot_problem: str | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    @classmethod
+    def from_file(
+        cls,
+        spec: str | Path,
+        *,
+        config: str | Path | None = None,
+        backend: ModelBackend | None = None,
+        bus: EventBus | None = None,
+        ignore: Collection[str] = (),
+    ) -> Agent:
+        """An agent for the spec file ``spec``: the one place an agent reads files.
+
+        Configured by the TOML file ``config`` (if any) and ``FORETHOUGHT_*`` environment
+        variables; ``ignore`` names top-level keys of the file that are not part of the spec
+        (a scenario's ``trace``, say).
+        """
+        return cls(
+            AgentSpec.from_file(spec, ignore=ignore),
+            backend=backend,
+            bus=bus,
+            config=AgentConfig.load(config),
+        )
+
+    @property
+    def backend(self) -> ModelBackend:
+        """The model backend; raises NotStarted before a default one is made at start."""
+        if self._backend is None:
+            raise NotStarted("Agent (its default backend is made when it starts)")
+        return self._backend
+
+    @property
+    def state(self) -> WorldState:
+        """The current state."""
+        return self._state
+
+    def _make_backend(self) -> ModelBackend:
+        cfg = self.config
+        kind = ProcessBackend if cfg.model_process else TransformersBackend
+        return kind(model=cfg.model, device=cfg.device, dtype=cfg.dtype, grammar=cfg.grammar)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        async with contextlib.AsyncExitStack() as stack:
+            if self._backend is None:
+                self._backend = self._make_backend()
+            backend = await stack.enter_async_context(self._backend)
+            await backend.prepare(self.schema)
+            self._load_snapshot()
+            stack.callback(self.save_snapshot)
+            self.executor = Executor(
+                space=self.space,
+                schema=self.schema,
+                tree=self.tree,
+                default_action=self.spec.default_action,
+                description=self.spec.description,
+                backend=backend,
+                gate=self.gate,
+                candidates=self.spec.candidates,
+                config=self.config.executor,
+            )
+            if self.config.planner.enabled:
+                self.planner = Planner(
+                    backend=backend,
+                    gate=self.gate,
+                    space=self.space,
+                    schema=self.schema,
+                    tree=self.tree,
+                    forecaster=self.forecaster,
+                    description=self.spec.description,
+                    state=self._state,
+                    config=self.config.planner,
+                )
+            if self.bus is not None:
+                await stack.enter_async_context(self.bus)
+            started = asyncio.Event()
+            runner = asyncio.create_task(self._run(started), name=f"forethought[{self.spec.name}]")
+            stack.push_async_callback(_cancel_and_wait, runner)
+            waiter = asyncio.ensure_future(started.wait())
+            await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if runner.done():  # a task failed while starting: unwind, and say why
+                runner.result()
+            self._stack = stack.pop_all()
+        self.ready.set()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.ready.clear()
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _run(self, started: asyncio.Event) -> None:
+        name = self.spec.name
+        async with asyncio.TaskGroup() as tg:
+            if self.planner is not None:
+                tg.create_task(self.planner.run(), name=f"forethought[{name}].planner")
+            if self.bus is not None:
+                tg.create_task(self.bus.run(), name=f"forethought[{name}].bus")
+                tg.create_task(
+                    serve(self, self.bus, tg, max_concurrent=self.config.max_concurrent),
+                    name=f"forethought[{name}].serve",
+                )
+            started.set()
+
+    def _load_snapshot(self) -> None:
+        path = self.config.snapshot
+        if path is None or not path.exists():
+            return
+        try:
+            loaded = PolicyTree.load(
+                path,
+                schema=self.schema.fingerprint,
+                model_id=self.backend.model_id,
+                max_nodes=self.config.tree_max_nodes,
+                on_evict=self._evicted,
+            )
+        except SnapshotError as exc:
+            self.snapshot_problem = str(exc)
+            log.warning("skipping the tree snapshot: %s", exc)
+            return
+        for node in loaded.nodes():
+            self.tree.insert(node)
+
+    def save_snapshot(self) -> None:
+        """Write the tree to the configured snapshot path (if any)."""
+        if self.config.snapshot is not None:
+            self.tree.save(
+                self.config.snapshot, schema=self.schema.fingerprint, model_id=self.backend.model_id
+            )
+
+    def _evicted(self, _node: PolicyNode) -> None:
+        if self.planner is not None:
+            self.planner.wake()
+
+    # -- deciding -----------------------------------------------------------------------------
+
+    def arrive(self, event: Event) -> Event:
+        """``event`` with its absolute deadline resolved (once, at arrival)."""
+        return self._executor().arrived(event)
+
+    def _executor(self) -> Executor:
+        if self.executor is None:
+            raise NotStarted("Agent")
+        return self.executor
+
+    async def decide(self, event: Event | EventPayload | dict[str, Any]) -> Decision:
+        """Decide one event (an Event, a payload model, or its JSON object).
+
+        The event's state patch, effects and the planner's observation apply once per event
+        id: a repeated id gets the first decision back and changes nothing.
+        """
+        executor = self._executor()
+        if not isinstance(event, Event):
+            payload = (
+                event
+                if isinstance(event, EventPayload)
+                else parse_payload(event, max_bytes=self.config.mqtt.max_payload_bytes)
+            )
+            event = Event.from_payload(payload, arrival=Arrival.now())
+        event = executor.arrived(event)
+        if executor.known(event.id):
+            return await executor.decide(event, self._state)
+        if event.state:
+            self.update_state(event.state)
+        decision = await executor.decide(event, self._state)
+        self._after(decision)
+        return decision
+
+    def _after(self, decision: Decision) -> None:
+        key: EventKey | None = decision.key
+        if self.planner is not None:
+            self.planner.observe(key)
+        if key is not None:
+            spec = self.space.types[key.type]
+            if spec.effects:
+                self._set_state(self._state.after(spec, key))
+
+    def update_state(self, patch: dict[str, Any]) -> None:
+        """Set fields of the state (None removes one); raises InvalidState, keeping the old."""
+        self._set_state(self._state.patched(patch))
+
+    def _set_state(self, state: WorldState) -> None:
+        self._state = state
+        if self.planner is not None:
+            self.planner.set_state(state)
+
+    def stats(self) -> dict[str, Any]:
+        """Executor, planner, tree and bus figures."""
+        planner = self.planner
+        out: dict[str, Any] = {
+            "executor": self.executor.stats.as_dict() if self.executor else None,
+            "tree": {
+                "nodes": len(self.tree),
+                "evictions": self.tree.evictions,
+                "version": self.tree.version,
+            },
+            "planner": planner.stats.as_dict() if planner else None,
+            "coverage": planner.coverage() if planner else None,
+            "rejected": self.rejected,
+            "state": self._state.fingerprint,
+        }
+        bus_stats = getattr(self.bus, "stats", None)
+        if bus_stats is not None:
+            out["bus"] = {k: getattr(bus_stats, k) for k in bus_stats.__slots__}
+        return out
+
+
+async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
+    """Cancel a task this agent started and wait for it (its own cancellation is expected)."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
