@@ -22,6 +22,7 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
+    # Declarative and long: every flag of every command, in the order `--help` shows them.
     parser = argparse.ArgumentParser(
         prog="forethought",
         description="Act on LLM decisions within hard deadlines.",
@@ -80,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
         "--profile",
         default=None,
         help="simulated device: a shipped profile (cpu-2core-smollm2, design-note-gpu, gpu-8b, "
-        "cpu-8b-q4), measured, or step_ms=8.6,prefill_us_per_token=50",
+        "cpu-8b-q4), cpu-measured, or step_ms=8.6,prefill_us_per_token=50",
     )
     sim.add_argument("--model", default=DEFAULT_MODEL)
     sim.add_argument("--device", default="auto")
@@ -99,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit status."""
+    """Run the CLI; returns the process exit status (one branch per command, nothing shared)."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

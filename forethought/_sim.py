@@ -66,7 +66,7 @@ def _profile(
     given: str | None, scenario: Scenario, backend: TransformersBackend
 ) -> tuple[str, LatencyProfile]:
     if given is not None:
-        name = given if (given in PROFILES or given == "measured") else "given"
+        name = given if (given in PROFILES or given == "cpu-measured") else "given"
         return name, resolve_profile(given, backend)
     if isinstance(scenario.profile, str):
         return scenario.profile, resolve_profile(scenario.profile, backend)
@@ -106,29 +106,13 @@ def run_sim(
     names = _strategies(strategy)
     if clock not in ("virtual", "real"):
         raise ConfigError("--clock", clock, "choose virtual or real")
+    outputs = {"json_path": json_path, "decisions": decisions, "report": report}
     if mqtt is not None:
         if clock != "real":
             raise ConfigError("--mqtt", mqtt, "replaying through a broker needs --clock real")
-        n = len(scenario.events())
-        print(
-            f"replaying {scenario.name}: {n} events to agent {agent_id!r} on {mqtt}",
-            file=sys.stderr,
-            flush=True,
-        )
-        run = asyncio.run(
-            replay_over_mqtt(
-                scenario, url=mqtt, agent_id=agent_id, speed=speed, progress=_progress(n)
-            )
-        )
+        run = _over_mqtt(scenario, mqtt, agent_id, speed)
         return _outputs(
-            scenario,
-            {"agent": run},
-            model="(remote agent)",
-            clock=clock,
-            profile={},
-            json_path=json_path,
-            decisions=decisions,
-            report=report,
+            scenario, {"agent": run}, model="(remote agent)", clock=clock, profile={}, **outputs
         )
     backend = _load(model, device, dtype)
     pname, prof = _profile(profile, scenario, backend)
@@ -152,15 +136,19 @@ def run_sim(
         seed=seed,
     )
     add_references(scenario, runs, backend)
-    return _outputs(
-        scenario,
-        runs,
-        model=model,
-        clock=clock,
-        profile={"name": pname, **profile_figures(prof)},
-        json_path=json_path,
-        decisions=decisions,
-        report=report,
+    figures = {"name": pname, **profile_figures(prof)}
+    return _outputs(scenario, runs, model=model, clock=clock, profile=figures, **outputs)
+
+
+def _over_mqtt(scenario: Scenario, url: str, agent_id: str, speed: float) -> StrategyRun:
+    n = len(scenario.events())
+    print(
+        f"replaying {scenario.name}: {n} events to agent {agent_id!r} on {url}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return asyncio.run(
+        replay_over_mqtt(scenario, url=url, agent_id=agent_id, speed=speed, progress=_progress(n))
     )
 
 
@@ -198,7 +186,10 @@ def run_matrix(
     dtype: str,
     json_path: Path | None,
 ) -> list[dict[str, Any]]:
-    """Every scenario under every profile, all strategies; one summary table (and JSON)."""
+    """Every scenario under every profile, all strategies; one summary table (and JSON).
+
+    (A loop that prints its table row by row as replays finish: a long run shows progress.)
+    """
     backend = _load(model, device, dtype)
     paths = scenarios or shipped_scenarios()
     names = profiles or list(PROFILES)
@@ -210,10 +201,12 @@ def run_matrix(
     print(header)
     for path in paths:
         scenario = load_scenario(path)
+        memo: dict[Any, Any] = {}  # the model's outputs do not depend on the profile
+        refs: dict[Any, Any] = {}
         for pname in names:
             prof = resolve_profile(pname, backend)
-            runs = replay(scenario, backend, profile=prof)
-            add_references(scenario, runs, backend)
+            runs = replay(scenario, backend, profile=prof, memo=memo)
+            add_references(scenario, runs, backend, refs)
             for sname, run in runs.items():
                 m = metrics(run)
                 row = {

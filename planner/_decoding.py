@@ -177,6 +177,9 @@ class Decoder:
     ) -> DecodeResult:
         """Greedy-decode one continuation per row after a shared prefix.
 
+        (Long on purpose, with :meth:`_run`: one tight loop per token, where a call per step
+        would cost attribute lookups on the critical path.)
+
         With ``engine`` and ``compiled`` the output is constrained to the grammar; without, it
         stops at EOS (or, with ``stop_at_eos=False``, runs to ``max_new_tokens``: the
         benchmark's fixed-length outputs). Stops are per row; the call returns when every row
@@ -356,7 +359,7 @@ class Decoder:
         cancel: threading.Event | None,
         progress: list[GenerationStatus],
     ) -> list[float]:
-        """One forward pass over ``head`` and every tail, as a tree.
+        """One forward pass over ``head`` and every tail, as a tree (one mask, built inline).
 
         The tails are laid side by side after the head in a single sequence; a 4-D attention
         mask lets each tail see the prefix, the head and itself only, and position ids restart

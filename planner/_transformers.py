@@ -1,18 +1,15 @@
 """TransformersBackend: the shipped :class:`ModelBackend` on a local transformers model.
 
-One worker thread owns the model (forward passes of one model do not overlap usefully, and
-torch already spreads one pass over the cores), so calls run one at a time, in order: a call
-holds the device from the moment it is handed to the worker until the worker is done with it,
-even when its caller stopped waiting. Awaiting a call never blocks the event loop; cancelling
-the awaiting task sets the call's cancel signal, which the worker honours before its next
-forward pass. Every pass reads (or is charged on) the backend's :class:`Clock`: the clock of
-the loop it was started on, unless one is given.
+One :class:`ModelWorker` thread owns the model, so calls run one at a time, in order.
+Awaiting a call never blocks the event loop; cancelling the awaiting task sets the call's
+cancel signal, which the worker honours before its next forward pass. Every pass reads (or is
+charged on) the backend's :class:`Clock`: the clock of the loop it was started on, unless one
+is given.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -38,6 +35,7 @@ from ._grammar import ENGINES, GrammarEngine, make_engine
 from ._latency import LatencyModel
 from ._model_source import DEFAULT_MODEL, LoadedModel, load_model, resolve_model
 from ._prompt import Prompt, PromptEncoder
+from ._worker import ModelWorker
 
 __all__ = ["TransformersBackend"]
 
@@ -92,8 +90,7 @@ class TransformersBackend:
         self._decoder: Decoder | None = None
         self._engine: GrammarEngine | None = None
         self._prompts: PromptEncoder | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._busy: asyncio.Lock | None = None
+        self._worker = ModelWorker()
         self.calls = 0
 
     def sharing(
@@ -172,9 +169,9 @@ class TransformersBackend:
         if self._clock is None:
             self._clock = LoopClock(loop)
         if self._loaded is None:
-            await loop.run_in_executor(self._worker(), self.load)
+            await loop.run_in_executor(self._worker.pool(), self.load)
         self.decoder.use_clock(self._clock)
-        self._busy = asyncio.Lock()
+        self._worker.start()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -182,17 +179,7 @@ class TransformersBackend:
 
     def close(self) -> None:
         """Stop the worker thread (the model stays loaded for sync use)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        self._busy = None
-
-    def _worker(self) -> concurrent.futures.ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="forethought-model"
-            )
-        return self._pool
+        self._worker.close()
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -252,42 +239,9 @@ class TransformersBackend:
     # -- calls --------------------------------------------------------------------------------
 
     async def _run(self, fn: Callable[[], _T], cancel: CancelSignal) -> _T:
-        busy = self._busy
-        if busy is None:
+        if self._clock is None:
             raise NotStarted("TransformersBackend")
-        clock = self._clock
-        assert clock is not None
-        await busy.acquire()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[_T] = loop.create_future()
-
-        def job() -> None:
-            # The outcome is posted to the loop *before* the clock lets time move on, so a
-            # virtual clock delivers it at the instant the work ended.
-            try:
-                out = fn()
-            except BaseException as exc:
-                loop.call_soon_threadsafe(_settle, future, None, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, future, out, None)
-            finally:
-                clock.end_call()
-
-        try:
-            clock.begin_call()
-            self._worker().submit(job)
-        except BaseException:
-            busy.release()
-            raise
-        # The device is free when the worker is done, not when the caller stops waiting.
-        future.add_done_callback(lambda _: busy.release())
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # The thread cannot be interrupted mid-pass; it stops before the next one.
-            cancel.cancel()
-            future.add_done_callback(_retrieve)
-            raise
+        return await self._worker.call(fn, cancel, self._clock)
 
     def _admit(self, deadline: float, prompt_tokens: int, max_new_tokens: int) -> None:
         now = self.decoder.clock.now()
@@ -300,7 +254,7 @@ class TransformersBackend:
     async def prepare(self, schema: ActionSchema) -> None:
         """Compile the grammar of ``schema`` (in this backend's form) now, off any event's path."""
         await asyncio.get_running_loop().run_in_executor(
-            self._worker(), lambda: self.prepare_sync(schema)
+            self._worker.pool(), lambda: self.prepare_sync(schema)
         )
 
     def prepare_sync(self, schema: ActionSchema) -> None:
@@ -442,19 +396,3 @@ class TransformersBackend:
 
 def _vocab(loaded: LoadedModel) -> int:
     return int(loaded.model.config.vocab_size)
-
-
-def _settle(future: asyncio.Future[Any], out: Any, exc: BaseException | None) -> None:
-    """Hand a worker's outcome to the awaiting caller (on the loop)."""
-    if future.cancelled():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(out)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark an abandoned call's outcome as seen (its caller was cancelled)."""
-    if not future.cancelled():
-        future.exception()

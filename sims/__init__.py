@@ -7,7 +7,8 @@ from ._fidelity import add_references
 from ._grading import Grader, Rule
 from ._mqtt_replay import replay_over_mqtt
 from ._profiles import PROFILES, measure_profile, profile_figures, resolve_profile
-from ._replay import STRATEGIES, Record, StrategyRun, replay
+from ._records import Record, StrategyRun
+from ._replay import STRATEGIES, replay
 from ._report import metrics, table, write_decisions, write_json, write_report
 from ._scenario import SCENARIO_KEYS, Generate, Scenario, TraceEvent, load_scenario
 from ._vloop import VirtualTimeLoop, run_virtual

@@ -12,6 +12,7 @@ the model, planner and executor calls queue on it as they would on one device.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections.abc import Callable
@@ -45,6 +46,7 @@ class ChargedClock:
     def __init__(self, loop: VirtualTimeLoop, *, seed: int = 0) -> None:
         self._loop = loop
         self._rng = random.Random(seed)
+        self._log: list[Prediction] | None = None
         self.charged_s = 0.0
         self.passes = 0
 
@@ -63,11 +65,38 @@ class ChargedClock:
     def timed(self, work: Callable[[], _T], predicted: Prediction) -> tuple[_T, float]:
         """Compute the pass for real with time still, then spend its charge."""
         out = work()
+        if self._log is not None:
+            self._log.append(predicted)
         seconds = self.charge(predicted)
         self.charged_s += seconds
         self.passes += 1
         self._loop.spend(seconds)
         return out, seconds
+
+    def record(self) -> list[Prediction]:
+        """Log the predictions of the passes charged from now on (until :meth:`stop_recording`).
+
+        A call that runs to completion, uncut and uncancelled, is a pure function of its
+        prompt (greedy decoding): replaying its log charges exactly what computing it again
+        would, draw for draw (the simulator's naive live caller uses this for repeats).
+        """
+        self._log = []
+        return self._log
+
+    def stop_recording(self) -> None:
+        """Stop logging passes."""
+        self._log = None
+
+    async def replay(self, passes: list[Prediction]) -> float:
+        """Charge a logged call's passes again on the loop (no model work); returns seconds."""
+        total = 0.0
+        for predicted in passes:
+            seconds = self.charge(predicted)
+            self.charged_s += seconds
+            self.passes += 1
+            total += seconds
+            await asyncio.sleep(seconds)
+        return total
 
     def begin_call(self) -> None:
         """Hold virtual time while the worker starts the call."""

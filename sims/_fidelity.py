@@ -14,20 +14,26 @@ from typing import Any
 
 from forethought.planner import MonotonicClock, TransformersBackend
 
-from ._replay import StrategyRun
+from ._records import StrategyRun
 from ._scenario import Scenario
 
 __all__ = ["add_references"]
 
 
 def add_references(
-    scenario: Scenario, runs: Mapping[str, StrategyRun], backend: TransformersBackend
+    scenario: Scenario,
+    runs: Mapping[str, StrategyRun],
+    backend: TransformersBackend,
+    cache: dict[tuple[str, str], dict[str, Any] | None] | None = None,
 ) -> int:
-    """Fill each run's ``reference``; returns how many reference generations ran."""
+    """Fill each run's ``reference``; returns how many references there are.
+
+    ``cache`` keeps the references between replays of the same scenario and model.
+    """
     ref = backend.sharing(clock=MonotonicClock())
     schema = scenario.spec.action_schema()
     ref.prepare_sync(schema)
-    cache: dict[tuple[str, str], dict[str, Any] | None] = {}
+    cache = {} if cache is None else cache
     for run in runs.values():
         for r in run.records:
             key = (r.context, r.event_text)

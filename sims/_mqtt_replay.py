@@ -21,7 +21,7 @@ from paho.mqtt.properties import Properties
 
 from forethought.runtime import parse_mqtt_url, payload_bytes
 
-from ._replay import Record, StrategyRun
+from ._records import Record, StrategyRun
 from ._scenario import Scenario
 
 __all__ = ["replay_over_mqtt"]
@@ -36,7 +36,11 @@ async def replay_over_mqtt(
     progress: Callable[[], None] = lambda: None,
     grace_s: float = 5.0,
 ) -> StrategyRun:
-    """Send the scenario's events to the agent ``agent_id`` and time each decision."""
+    """Send the scenario's events to the agent ``agent_id`` and time each decision.
+
+    (One function on purpose: the publisher, the receiver and their shared timing tables
+    live and die with one broker connection.)
+    """
     host, port = parse_mqtt_url(url)
     events = scenario.events()
     run = StrategyRun("agent")

@@ -1,7 +1,8 @@
 """Device profiles: the latency law a virtual replay charges model passes by.
 
 A report always names the profile it used. The shipped ones are fixed figures, so a replay's
-table is the same on any machine; ``measured`` measures this machine (robustly, or not at all).
+table is the same on any machine; ``cpu-measured`` measures this machine (robustly, or not at
+all: a busy machine is refused rather than measured).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def measure_profile(
     if spread > max_spread:
         raise ConfigError(
             "--profile",
-            "measured",
+            "cpu-measured",
             f"this machine is busy: decode steps varied {spread:.1f}x over {rounds} rounds "
             f"({min(steps) * 1e3:.0f}-{max(steps) * 1e3:.0f} ms); re-run when it is quiet, or "
             f"choose a fixed profile ({', '.join(PROFILES)})",
@@ -118,12 +119,12 @@ def measure_profile(
 def resolve_profile(text: str, backend: TransformersBackend | None = None) -> LatencyProfile:
     """The profile ``text`` names.
 
-    A shipped profile's name, ``measured`` (needs ``backend``), or figures as
+    A shipped profile's name, ``cpu-measured`` (needs ``backend``), or figures as
     ``step_ms=X,prefill_us_per_token=Y``.
     """
     if text in PROFILES:
         return PROFILES[text]
-    if text == "measured":
+    if text == "cpu-measured":
         if backend is None:
             raise ConfigError("--profile", text, "measuring needs the model")
         return measure_profile(backend)
@@ -137,6 +138,6 @@ def resolve_profile(text: str, backend: TransformersBackend | None = None) -> La
         raise ConfigError(
             "--profile",
             text,
-            f"expected one of {', '.join(PROFILES)}, measured, or "
+            f"expected one of {', '.join(PROFILES)}, cpu-measured, or "
             f"step_ms=X,prefill_us_per_token=Y ({exc})",
         ) from None

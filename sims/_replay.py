@@ -24,22 +24,24 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from forethought.planner import (
     DecodeOptions,
+    Generation,
     LatencyModel,
     LatencyProfile,
     ModelBackend,
     PlannerConfig,
+    Prediction,
     TransformersBackend,
     state_context,
 )
-from forethought.policies import ActionForm, WorldState
+from forethought.policies import ActionForm, ActionSchema, WorldState
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
 
 from ._charged import ChargedClock
+from ._records import Record, StrategyRun
 from ._scenario import Scenario, TraceEvent
 from ._vloop import VirtualTimeLoop, run_virtual
 
@@ -51,70 +53,8 @@ _T = TypeVar("_T")
 BackendSource = TransformersBackend | Callable[[], ModelBackend]
 """A loaded real model (each strategy gets a fresh backend on its weights), or a factory."""
 
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """What happened to one event under one strategy (a line of the decisions file)."""
-
-    strategy: str
-    index: int
-    type: str
-    params: dict[str, Any]
-    at_ms: float
-    deadline_ms: float
-    latency_ms: float
-    """From the stimulus (``at_ms``) to the decision, perception included."""
-    tier: str
-    action: dict[str, Any]
-    met: bool
-    approximate: bool = False
-    out_of_space: bool = False
-    correct: bool | None = None
-    decide_cpu_ms: float = 0.0
-    """Real time the decision took on this machine (tree selection is measured here)."""
-    context: str = ""
-    """The prompt context (task and state) the decision was made in: for the fidelity check."""
-    event_text: str = ""
-    """The event as the model is shown it."""
-
-    @property
-    def model_written(self) -> bool:
-        """Whether the model wrote this action for this event (not the default)."""
-        return self.tier in (Tier.TREE.value, Tier.SCORE.value, Tier.LIVE.value)
-
-    def as_json(self) -> dict[str, Any]:
-        """The JSONL line."""
-        return {
-            "strategy": self.strategy,
-            "index": self.index,
-            "type": self.type,
-            "params": self.params,
-            "at_ms": self.at_ms,
-            "deadline_ms": self.deadline_ms,
-            "latency_ms": round(self.latency_ms, 3),
-            "tier": self.tier,
-            "action": self.action,
-            "met": self.met,
-            "approximate": self.approximate,
-            "out_of_space": self.out_of_space,
-            "correct": self.correct,
-        }
-
-
-@dataclass(slots=True)
-class StrategyRun:
-    """One strategy's records and its planner figures."""
-
-    strategy: str
-    records: list[Record] = field(default_factory=list)
-    planner: dict[str, Any] = field(default_factory=dict)
-    timeline: list[tuple[float, float, float]] = field(default_factory=list)
-    """(time s, coverage, planner busy fraction so far) samples."""
-    model: dict[str, Any] = field(default_factory=dict)
-    """Model-time figures: passes and seconds charged (virtual clock)."""
-    reference: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """Event index -> what the model writes for that event and state with no deadline."""
-    wall_s: float = 0.0
+CallMemo = dict[tuple[str, str], tuple[Generation, list[Prediction]]]
+"""(context, event) -> a completed naive call and the passes it was charged."""
 
 
 _NAIVE = DecodeOptions(form=ActionForm.VERBOSE, reuse_prefix=False, jump_forward=False)
@@ -214,9 +154,14 @@ class _Strategy:
 
 
 async def _live_naive(
-    st: _Strategy, events: list[TraceEvent], progress: Callable[[], None]
+    st: _Strategy, events: list[TraceEvent], progress: Callable[[], None], memo: CallMemo
 ) -> None:
-    """One model server, FIFO: each event waits for the ones before it; nothing is cut."""
+    """One model server, FIFO: each event waits for the ones before it; nothing is cut.
+
+    A naive call runs to completion, so with the virtual clock a repeated prompt reuses the
+    model's output and replays the recorded passes on the charged clock (the same charge as
+    computing it again, draw for draw).
+    """
     loop = asyncio.get_running_loop()
     sc = st.scenario
     spec = sc.spec
@@ -235,14 +180,7 @@ async def _live_naive(
             key = space.key(ev.type, ev.params)
             text = key.describe() if key is not None else ev.describe()
             context = state_context(spec.description, state.to_json())
-            gens = await backend.generate(
-                context,
-                [text],
-                schema,
-                deadline=math.inf,
-                max_new_tokens=128,
-            )
-            g = gens[0]
+            g = await _naive_call(st, backend, memo, context, text, schema)
             action = schema.readable(g.action) if g.action is not None else default
             done = loop.time()
             st.record(
@@ -260,6 +198,33 @@ async def _live_naive(
             if key is not None and space.types[key.type].effects:
                 state = state.after(space.types[key.type], key)
             progress()
+
+
+async def _naive_call(
+    st: _Strategy,
+    backend: ModelBackend,
+    memo: CallMemo,
+    context: str,
+    text: str,
+    schema: ActionSchema,
+) -> Generation:
+    clock = st.clock
+    hit = memo.get((context, text)) if clock is not None else None
+    if hit is not None and clock is not None:
+        gen, passes = hit
+        await clock.replay(passes)
+        return gen
+    log = clock.record() if clock is not None else []
+    try:
+        (gen,) = await backend.generate(
+            context, [text], schema, deadline=math.inf, max_new_tokens=128
+        )
+    finally:
+        if clock is not None:
+            clock.stop_recording()
+    if clock is not None:
+        memo[context, text] = (gen, list(log))
+    return gen
 
 
 async def _agent_run(
@@ -317,21 +282,26 @@ async def _agent_run(
                     busy = planner_.stats.busy_s / max(loop.time() - t0, 1e-9)
                     st.run.timeline.append((loop.time() - t0, planner_.coverage(), busy))
                 tg.create_task(one(i, ev, stimulus), name=f"sim.event[{i}]")
-        total = loop.time() - t0
-        if planner_ is not None:
-            stats = planner_.stats.as_dict()
-            nodes = list(agent.tree.nodes())
-            st.run.planner = {
-                "branches": stats["branches"],
-                "tokens": stats["tokens"],
-                "errors": stats["errors"],
-                "busy_s": stats["busy_s"],
-                "idle_used": stats["busy_s"] / total if total > 0 else 0.0,
-                "waste": sum((n.fingerprint, n.key) not in used for n in nodes),
-                "tree_nodes": len(nodes),
-                "invalidations": len({n.fingerprint for n in nodes}) - 1,
-                "cover_times_s": stats["cover_times_s"],
-            }
+        if agent.planner is not None:
+            st.run.planner = _planner_figures(agent, used, loop.time() - t0)
+
+
+def _planner_figures(agent: Agent, used: set[tuple[str, Any]], total_s: float) -> dict[str, Any]:
+    """What the planner did over a replay, and how much of it was never used."""
+    assert agent.planner is not None
+    stats = agent.planner.stats.as_dict()
+    nodes = list(agent.tree.nodes())
+    return {
+        "branches": stats["branches"],
+        "tokens": stats["tokens"],
+        "errors": stats["errors"],
+        "busy_s": stats["busy_s"],
+        "idle_used": stats["busy_s"] / total_s if total_s > 0 else 0.0,
+        "waste": sum((n.fingerprint, n.key) not in used for n in nodes),
+        "tree_nodes": len(nodes),
+        "invalidations": len({n.fingerprint for n in nodes}) - 1,
+        "cover_times_s": stats["cover_times_s"],
+    }
 
 
 def replay(
@@ -345,13 +315,15 @@ def replay(
     progress: Callable[[], None] = lambda: None,
     planner: PlannerConfig | None = None,
     seed: int | None = None,
+    memo: CallMemo | None = None,
 ) -> dict[str, StrategyRun]:
     """Replay ``scenario`` under each strategy; returns the runs by name.
 
     ``backend`` is a loaded :class:`TransformersBackend` (each strategy gets a fresh backend
     on its weights; the virtual clock charges its passes by ``profile``) or a factory called
     once per strategy (a scripted test double spends its own time on the loop). ``seed``
-    (default: the scenario's) seeds the charged draws.
+    (default: the scenario's) seeds the charged draws. ``memo`` keeps completed naive calls
+    between replays of the same scenario and model (say, under several profiles).
     """
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
@@ -361,11 +333,12 @@ def replay(
         events = [e.model_copy(update={"at_ms": e.at_ms / speed}) for e in events]
     planner = planner or PlannerConfig()
     seed = scenario.seed if seed is None else seed
+    memo = {} if memo is None else memo
     out: dict[str, StrategyRun] = {}
     for name in strategies:
         st = _Strategy(scenario, name, backend, profile, seed)
         coro: Coroutine[Any, Any, None] = (
-            _live_naive(st, events, progress)
+            _live_naive(st, events, progress, memo)
             if name == "live-naive"
             else _agent_run(st, events, progress, planner)
         )

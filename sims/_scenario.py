@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -30,7 +30,7 @@ from ._grading import Grader
 
 __all__ = ["SCENARIO_KEYS", "Generate", "Scenario", "TraceEvent", "load_scenario"]
 
-SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "live_form", "perception_ms", "seed"})
+SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "perception_ms", "seed"})
 """Top-level keys of a scenario file that are not part of the agent spec."""
 
 
@@ -56,13 +56,19 @@ class TraceEvent(BaseModel):
 
 
 class Generate(BaseModel):
-    """A seeded random trace appended after ``trace``."""
+    """A seeded random trace appended after ``trace``.
+
+    Arrivals are a Poisson stream (``mean_gap_ms``); with ``burst_size`` > 1 each arrival is a
+    burst of that many events ``burst_gap_ms`` apart (a crowd, a sensor storm).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     seed: int = 0
     count: int = Field(ge=1, le=100_000)
     mean_gap_ms: float = Field(gt=0)
+    burst_size: int = Field(default=1, ge=1, le=1000)
+    burst_gap_ms: float = Field(default=0.0, ge=0)
 
 
 class Profile(BaseModel):
@@ -83,7 +89,6 @@ class Scenario(BaseModel):
     trace: list[TraceEvent] = Field(default_factory=list)
     generate: Generate | None = None
     profile: Profile | str | None = None
-    live_form: Literal["compact", "verbose"] = "compact"
     perception_ms: float | dict[str, float] = 0.0
     seed: int = 0
     graders: dict[str, Grader] = Field(default_factory=dict, exclude=True)
@@ -133,8 +138,11 @@ def _generated(spec: AgentSpec, gen: Generate, start: float) -> list[TraceEvent]
     weights = [t.weight for t in types]
     t = start
     out = []
-    for _ in range(gen.count):
-        t += rng.expovariate(1.0 / gen.mean_gap_ms)
+    for n in range(gen.count):
+        if n % gen.burst_size == 0:
+            t += rng.expovariate(1.0 / gen.mean_gap_ms)
+        else:
+            t += gen.burst_gap_ms
         etype = rng.choices(types, weights)[0]
         params: dict[str, Any] = {}
         for name, domain in sorted(etype.params.items()):

@@ -40,3 +40,59 @@ def test_send_with_bad_params_is_one_clear_line() -> None:
     out = run("send", "ping", "--mqtt", "mqtt://127.0.0.1:1", "--params", "[1")
     assert out.returncode == 2
     assert out.stderr.strip().startswith("error: --params")
+
+
+def test_matrix_replays_every_profile_into_one_table(tmp_path, tiny_model_dir) -> None:  # type: ignore[no-untyped-def]
+    import orjson
+    import yaml
+
+    scenario = {
+        "name": "m",
+        "description": "A test robot.",
+        "action": {
+            "type": "object",
+            "properties": {"a": {"enum": ["stop", "go"]}},
+            "required": ["a"],
+        },
+        "default_action": {"a": "stop"},
+        "events": [{"type": "ping", "deadline_ms": 300, "accept": [{"a": "go"}]}],
+        "trace": [{"at_ms": 500 * i, "type": "ping"} for i in range(1, 4)],
+    }
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    out_json = tmp_path / "matrix.json"
+    for profile in ("gpu-8b", "cpu-8b-q4"):
+        done = run(
+            "sim",
+            str(path),
+            "--matrix",
+            "--profile",
+            profile,
+            "--model",
+            str(tiny_model_dir),
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--json",
+            str(out_json),
+        )
+        assert done.returncode == 0, done.stderr
+        rows = orjson.loads(out_json.read_bytes())["rows"]
+        assert {r["strategy"] for r in rows} == {"live-naive", "live", "tree", "hybrid"}
+        assert {r["profile"] for r in rows} == {profile}
+        assert all(0.0 <= r["correct_in_time"] <= r["answered_in_time"] <= 1.0 for r in rows)
+        assert "correct_in_time" in done.stdout
+
+
+def test_a_busy_machine_is_refused_a_measured_profile(tiny_backend) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from forethought.policies import ConfigError
+    from forethought.sims import measure_profile
+
+    quiet = measure_profile(tiny_backend, rounds=3, max_spread=100.0)
+    assert quiet.step_base_s > 0
+    assert quiet.prefill_per_token_s >= 0
+    with pytest.raises(ConfigError, match="busy"):  # no two rounds are ever exactly equal
+        measure_profile(tiny_backend, rounds=3, max_spread=1.0)

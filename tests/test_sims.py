@@ -250,3 +250,29 @@ def test_real_clock_replay_runs_on_the_wall_clock(tmp_path: Path) -> None:
     recs = runs["live-naive"].records
     assert [r.met for r in recs] == [True, True]
     assert all(15.0 <= r.latency_ms < 150.0 for r in recs)
+
+
+class _NoMemo(dict):  # type: ignore[type-arg]
+    """A memo that keeps nothing: every naive call is computed."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+@pytest.mark.model
+def test_replaying_a_repeated_naive_call_equals_computing_it(
+    tiny_backend: TransformersBackend, tmp_path: Path
+) -> None:
+    trace = [{"at_ms": 300 * i, "type": "ping", "params": {"d": 1 + (i % 2)}} for i in range(6)]
+    scenario = load_scenario(write(tmp_path, {**BASE, "trace": trace}))
+    profile = LatencyProfile(0.01, 0.0005, 0.02, 0.001, spread95=1.3)  # random draws
+    blobs = []
+    for memo in (None, _NoMemo()):
+        runs = replay(
+            scenario, tiny_backend, strategies=("live-naive",), profile=profile, memo=memo
+        )
+        path = tmp_path / "naive.jsonl"
+        write_decisions(path, runs)
+        blobs.append(path.read_bytes())
+        assert runs["live-naive"].model["passes"] > 0
+    assert blobs[0] == blobs[1]

@@ -210,6 +210,7 @@ async def _run(
     broker: MosquittoBroker | None,
 ) -> dict[str, Any]:
     """The same runs with the model on a thread, then in a worker process."""
+    # A measurement script, step after step in the order the report prints: long, linear.
     out = {"thread": await _one_mode(backend, "thread", quick, say, broker)}
     opts = backend.loaded
     async with ProcessBackend(

@@ -208,6 +208,7 @@ class ModelBench:
 
     def constrained(self) -> dict[str, Any]:
         """Ms per decode pass with and without the grammar, for each engine; compile times."""
+        # A measurement script, step after step in the order the report prints: long, linear.
         b, d, p = self.b, self.b.decoder, self.b.prompts
         free = {
             "type": "object",

@@ -217,6 +217,7 @@ def run_planner_bench(
     backend: TransformersBackend, *, quick: bool, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Run the planner suite on a loaded backend."""
+    # A measurement script, step after step in the order the report prints: long, linear.
     out = asyncio.run(_planner_run(backend, quick, say))
     out["forecaster"] = _forecaster_accuracy(say)
     out["snapshot"] = _snapshot_speed(say)

@@ -40,6 +40,7 @@ def run_bench(
     ``suite``: ``model`` (the latency law and the model layer), ``planner``, ``executor``,
     or ``all``.
     """
+    # A measurement script, step after step in the order the report prints: long, linear.
     t_start = time.perf_counter()
     report: dict[str, Any] = {"model": model, "quick": quick, "suite": suite}
     load: dict[str, Any] = {}
