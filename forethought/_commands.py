@@ -16,9 +16,9 @@ import orjson
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from forethought.policies import AgentSpec, ConfigError, NoDecision
+from forethought.policies import ConfigError, NoDecision
 from forethought.runtime import Agent, AgentConfig, MqttBus, parse_mqtt_url, payload_bytes
-from forethought.sims import SCENARIO_KEYS
+from forethought.sims import load_spec
 
 __all__ = ["run_agent", "send_event"]
 
@@ -43,8 +43,8 @@ async def run_agent(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # A scenario file is a spec plus a trace: the simulator's keys are skipped.
-    agent = Agent(AgentSpec.from_file(spec, ignore=SCENARIO_KEYS), bus=bus, config=cfg)
+    # A scenario file is a spec plus a trace and grading: load_spec leaves those out.
+    agent = Agent(load_spec(spec), bus=bus, config=cfg)
     async with agent:
         print(
             f"forethought: agent {ident!r} ready on {url}; events on {bus.events_filter}, "

@@ -175,7 +175,7 @@ class TransformersBackend:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self.close()
+        await self._worker.stop()
 
     def close(self) -> None:
         """Stop the worker thread (the model stays loaded for sync use)."""

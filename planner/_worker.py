@@ -45,6 +45,18 @@ class ModelWorker:
         """Accept calls from the running loop."""
         self._busy = asyncio.Lock()
 
+    async def stop(self) -> None:
+        """Wait for the call under way (its caller may have given up on it), then close.
+
+        Waiting on the loop matters: under a virtual clock the call under way needs the loop
+        to let its pass's time run, so blocking the loop thread on the worker would deadlock.
+        """
+        busy = self._busy
+        if busy is not None:
+            async with busy:
+                self._busy = None
+        self.close()
+
     def close(self) -> None:
         """Stop the thread after the call under way; refuse further calls."""
         if self._pool is not None:

@@ -10,7 +10,7 @@ from ._profiles import PROFILES, measure_profile, profile_figures, resolve_profi
 from ._records import Record, StrategyRun
 from ._replay import STRATEGIES, replay
 from ._report import metrics, table, write_decisions, write_json, write_report
-from ._scenario import SCENARIO_KEYS, Generate, Scenario, TraceEvent, load_scenario
+from ._scenario import SCENARIO_KEYS, Generate, Scenario, TraceEvent, load_scenario, load_spec
 from ._vloop import VirtualTimeLoop, run_virtual
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "VirtualTimeLoop",
     "add_references",
     "load_scenario",
+    "load_spec",
     "measure_profile",
     "metrics",
     "profile_figures",

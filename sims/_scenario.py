@@ -28,7 +28,7 @@ from forethought.policies import (
 
 from ._grading import Grader
 
-__all__ = ["SCENARIO_KEYS", "Generate", "Scenario", "TraceEvent", "load_scenario"]
+__all__ = ["SCENARIO_KEYS", "Generate", "Scenario", "TraceEvent", "load_scenario", "load_spec"]
 
 SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "perception_ms", "seed"})
 """Top-level keys of a scenario file that are not part of the agent spec."""
@@ -174,9 +174,7 @@ def _graders(path: str | Path, data: dict[str, Any], spec: AgentSpec) -> dict[st
     return out
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Load a YAML or JSON scenario; errors name the file, the field path and the problem."""
-    data = load_document(path)
+def _spec_of(path: str | Path, data: Any) -> AgentSpec:
     if not isinstance(data, dict):
         raise ConfigError(str(path), type(data).__name__, "a scenario must be a mapping")
     # `accept` on an event type is grading, the simulator's business: not part of the spec.
@@ -186,7 +184,18 @@ def load_scenario(path: str | Path) -> Scenario:
             {k: v for k, v in e.items() if k != "accept"} if isinstance(e, dict) else e
             for e in data["events"]
         ]
-    spec = AgentSpec.from_data(header, source=str(path), ignore=SCENARIO_KEYS)
+    return AgentSpec.from_data(header, source=str(path), ignore=SCENARIO_KEYS)
+
+
+def load_spec(path: str | Path) -> AgentSpec:
+    """The agent spec of a spec file or of a scenario file (its trace and grading left out)."""
+    return _spec_of(path, load_document(path))
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load a YAML or JSON scenario; errors name the file, the field path and the problem."""
+    data = load_document(path)
+    spec = _spec_of(path, data)
     graders = _graders(path, data, spec)
     rest = {k: data[k] for k in SCENARIO_KEYS if k in data}
     try:

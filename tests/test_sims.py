@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from forethought.planner import LatencyProfile, ScriptedBackend, TransformersBackend
-from forethought.policies import ConfigError
+from forethought.policies import AgentSpec, ConfigError
 from forethought.sims import (
     load_scenario,
     metrics,
@@ -276,3 +276,13 @@ def test_replaying_a_repeated_naive_call_equals_computing_it(
         blobs.append(path.read_bytes())
         assert runs["live-naive"].model["passes"] > 0
     assert blobs[0] == blobs[1]
+
+
+@pytest.mark.parametrize("shipped", sorted(p.name for p in SCENARIOS.glob("*.yaml")))
+def test_the_spec_of_a_scenario_leaves_trace_and_grading_out(shipped: str) -> None:
+    from forethought.sims import load_spec
+
+    spec = load_spec(SCENARIOS / shipped)
+    assert spec == load_scenario(SCENARIOS / shipped).spec
+    with pytest.raises(ConfigError):  # the strict spec loader refuses the simulator's keys
+        AgentSpec.from_file(SCENARIOS / shipped)
