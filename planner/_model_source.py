@@ -101,10 +101,10 @@ class LoadedModel:
     """How long the GGUF conversion took (this load's, or as recorded when it was cached)."""
 
 
-def _gguf_cache_dir(gguf: Path) -> Path:
+def _gguf_cache_dir(gguf: Path, root: Path | None = None) -> Path:
     stat = gguf.stat()
     key = f"{gguf.resolve()}:{stat.st_size}:{int(stat.st_mtime)}"
-    return cache_root() / "models" / hashlib.sha256(key.encode()).hexdigest()[:16]
+    return (root or cache_root()) / "models" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def _pick(device: str, dtype: str) -> tuple[str, Any]:
@@ -167,8 +167,17 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         raise
 
 
-def load_model(source: ModelSource, *, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load (converting and caching a GGUF the first time) onto ``device``."""
+def load_model(
+    source: ModelSource,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    cache_dir: Path | None = None,
+) -> LoadedModel:
+    """Load (converting and caching a GGUF the first time) onto ``device``.
+
+    Converted weights go under ``cache_dir`` (default: :func:`cache_root`).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
 
     t0 = time.perf_counter()
@@ -177,7 +186,7 @@ def load_model(source: ModelSource, *, device: str = "auto", dtype: str = "auto"
     conversion: float | None = None
     location = source.location
     if source.kind == "gguf":
-        target = _gguf_cache_dir(Path(location))
+        target = _gguf_cache_dir(Path(location), cache_dir)
         if not (target / "config.json").is_file():
             _convert_gguf(Path(location), target)
             converted = True

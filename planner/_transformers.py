@@ -13,6 +13,7 @@ import asyncio
 import math
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel
@@ -59,6 +60,8 @@ class TransformersBackend:
         prefix_cache_size: how many prompt prefixes keep their KV cache.
         latency: a latency model to use (default: a fresh one, seeded by the warm-up).
         options: how to decode (default: compact, constrained, prefix reuse, jump-forward).
+        cache_dir: where converted weights are cached (default: ``$FORETHOUGHT_CACHE`` or
+            ``~/.cache/forethought``).
 
     """
 
@@ -73,6 +76,7 @@ class TransformersBackend:
         prefix_cache_size: int = 8,
         latency: LatencyModel | None = None,
         options: DecodeOptions | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         if grammar not in ENGINES:
             raise ConfigError("grammar", grammar, f"choose one of {ENGINES}")
@@ -86,6 +90,7 @@ class TransformersBackend:
         self._prefix_cache_size = prefix_cache_size
         self._latency = latency or LatencyModel()
         self._options = options or DecodeOptions()
+        self._cache_dir = cache_dir
         self._loaded: LoadedModel | None = None
         self._decoder: Decoder | None = None
         self._engine: GrammarEngine | None = None
@@ -126,7 +131,9 @@ class TransformersBackend:
     def load(self, *, warm_up: bool = True) -> LoadedModel:
         """Load the model (blocking; converts and caches a GGUF the first time)."""
         if self._loaded is None:
-            loaded = load_model(self._source, device=self._device_name, dtype=self._dtype)
+            loaded = load_model(
+                self._source, device=self._device_name, dtype=self._dtype, cache_dir=self._cache_dir
+            )
             self._engine = make_engine(self._grammar_name, loaded.tokenizer, _vocab(loaded))
             self._prompts = PromptEncoder(loaded.tokenizer)
             self._adopt(loaded)

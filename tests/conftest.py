@@ -43,7 +43,9 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def smollm2_first_load(model_cache: Path) -> LoadedModel:
     """The embedded model's first (converting) load in this session's cache."""
-    return load_model(resolve_model("smollm2-135m"), device="cpu", dtype="float32")
+    return load_model(
+        resolve_model("smollm2-135m"), device="cpu", dtype="float32", cache_dir=model_cache
+    )
 
 
 @pytest.fixture(scope="session")

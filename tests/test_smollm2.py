@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -32,6 +33,7 @@ def test_first_load_converts_then_the_cache_is_used(
     smollm2_first_load: LoadedModel, smollm2: TransformersBackend
 ) -> None:
     assert smollm2_first_load.converted
+    assert str(smollm2_first_load.model.name_or_path).startswith(os.environ["FORETHOUGHT_CACHE"])
     assert smollm2_first_load.conversion_seconds is not None
     assert not smollm2.loaded.converted
     assert smollm2.loaded.load_seconds < smollm2_first_load.load_seconds

@@ -7,7 +7,6 @@ and sweep points to finish in about a minute on a 2-core CPU.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -46,17 +45,11 @@ def run_bench(
     load: dict[str, Any] = {}
     if not quick:  # a converting load in a fresh cache folder, then the cached one
         with tempfile.TemporaryDirectory() as tmp:
-            old = os.environ.get("FORETHOUGHT_CACHE")
-            os.environ["FORETHOUGHT_CACHE"] = tmp
-            try:
-                first = TransformersBackend(model=model, device=device, dtype=dtype)
-                load["converting_s"] = first.load(warm_up=False).load_seconds
-                del first
-            finally:
-                if old is None:
-                    os.environ.pop("FORETHOUGHT_CACHE", None)
-                else:
-                    os.environ["FORETHOUGHT_CACHE"] = old
+            first = TransformersBackend(
+                model=model, device=device, dtype=dtype, cache_dir=Path(tmp)
+            )
+            load["converting_s"] = first.load(warm_up=False).load_seconds
+            del first
     backend = TransformersBackend(model=model, device=device, dtype=dtype, grammar=grammar)
     loaded = backend.load(warm_up=False)
     if loaded.converted or "converting_s" not in load:
