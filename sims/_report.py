@@ -163,21 +163,34 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def write_report(directory: Path, scenario: Scenario, runs: Mapping[str, StrategyRun]) -> Path:
-    """An HTML page with PNG plots: latency CDFs, the timeline, answers per type.
+_TIER_COLORS = {"tree": "#2a9d8f", "score": "#e9c46a", "live": "#f4a261", "default": "#e76f51"}
 
-    (Three plots drawn in sequence, each a few lines of matplotlib: longer than one screen,
-    but a straight line with nothing to share between its parts.)
-    """
+
+def write_report(directory: Path, scenario: Scenario, runs: Mapping[str, StrategyRun]) -> Path:
+    """An HTML page with PNG plots: latency CDFs, the timeline, answers per type."""
     import matplotlib as mpl  # noqa: PLC0415 - optional, only for reports
 
     mpl.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     directory.mkdir(parents=True, exist_ok=True)
-    colors = {"tree": "#2a9d8f", "score": "#e9c46a", "live": "#f4a261", "default": "#e76f51"}
     images: dict[str, bytes] = {}
+    for name, draw in (
+        ("latency_cdf.png", _latency_cdf),
+        ("timeline.png", _timeline),
+        ("hit_rate_by_type.png", _by_type),
+    ):
+        fig = draw(plt, runs)
+        images[name] = _png(fig)
+        plt.close(fig)
+    for name, blob in images.items():
+        (directory / name).write_bytes(blob)
+    index = directory / "index.html"
+    index.write_text(_page(scenario, runs, list(images)), encoding="utf-8")
+    return index
 
+
+def _latency_cdf(plt: Any, runs: Mapping[str, StrategyRun]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, run in runs.items():
         lat = np.sort([r.latency_ms for r in run.records])
@@ -192,16 +205,19 @@ def write_report(directory: Path, scenario: Scenario, runs: Mapping[str, Strateg
     ax.set_ylabel("fraction of events")
     ax.set_title("Latency CDF per strategy")
     ax.legend()
-    images["latency_cdf.png"] = _png(fig)
-    plt.close(fig)
+    return fig
 
+
+def _timeline(plt: Any, runs: Mapping[str, StrategyRun]) -> Any:
     fig, axes = plt.subplots(
         len(runs), 1, figsize=(8, 1.2 + 1.1 * len(runs)), sharex=True, squeeze=False
     )
     for ax, (name, run) in zip(axes[:, 0], runs.items(), strict=True):
-        for tier, color in colors.items():
-            xs = [r.at_ms / 1e3 for r in run.records if r.tier == tier]
+        for tier, color in _TIER_COLORS.items():
+            xs = [r.at_ms / 1e3 for r in run.records if r.tier == tier and r.met]
             ax.scatter(xs, [1.0] * len(xs), s=12, color=color, label=tier, marker="|")
+        late = [r.at_ms / 1e3 for r in run.records if not r.met]
+        ax.scatter(late, [0.9] * len(late), s=10, color="black", label="late", marker="x")
         if run.timeline:
             t, cov, busy = zip(*run.timeline, strict=True)
             ax.plot(t, cov, color="black", linewidth=1, label="tree coverage")
@@ -212,11 +228,12 @@ def write_report(directory: Path, scenario: Scenario, runs: Mapping[str, Strateg
     for ax in axes[:, 0]:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(label, handle)
-    fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=6, fontsize=7)
+    fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=7, fontsize=7)
     axes[-1, 0].set_xlabel("scenario time (s)")
-    images["timeline.png"] = _png(fig)
-    plt.close(fig)
+    return fig
 
+
+def _by_type(plt: Any, runs: Mapping[str, StrategyRun]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     types = sorted({r.type for run in runs.values() for r in run.records})
     width = 0.8 / max(len(runs), 1)
@@ -230,14 +247,7 @@ def write_report(directory: Path, scenario: Scenario, runs: Mapping[str, Strateg
     ax.set_ylabel("answered in time")
     ax.set_title("Model answers in time, per event type (fallbacks excluded)")
     ax.legend()
-    images["hit_rate_by_type.png"] = _png(fig)
-    plt.close(fig)
-
-    for name, blob in images.items():
-        (directory / name).write_bytes(blob)
-    index = directory / "index.html"
-    index.write_text(_page(scenario, runs, list(images)), encoding="utf-8")
-    return index
+    return fig
 
 
 def _page(scenario: Scenario, runs: Mapping[str, StrategyRun], images: list[str]) -> str:
