@@ -8,7 +8,7 @@ from ._backend import (
     ModelBackend,
     Scores,
 )
-from ._clock import Clock, LoopClock, MonotonicClock
+from ._clock import Clock, LoopClock, MonotonicClock, Pass, PassKind
 from ._decode_run import DecodeResult, RowResult, ScoreResult
 from ._decoding import Decoder
 from ._forecaster import Forecaster
@@ -52,6 +52,8 @@ __all__ = [
     "ModelGate",
     "ModelSource",
     "MonotonicClock",
+    "Pass",
+    "PassKind",
     "Planner",
     "PlannerConfig",
     "PlannerStats",

@@ -12,16 +12,32 @@ that would overshoot" and "cancelled at the next pass boundary", whichever clock
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar, runtime_checkable
 
-if TYPE_CHECKING:
-    from ._latency import Prediction
-
-__all__ = ["Clock", "LoopClock", "MonotonicClock"]
+__all__ = ["Clock", "LoopClock", "MonotonicClock", "Pass", "PassKind"]
 
 _T = TypeVar("_T")
+
+
+class PassKind(enum.Enum):
+    """What one forward pass does (the latency law has one line for each)."""
+
+    PREFILL = "prefill"
+    """Feeds new prompt tokens (all rows together)."""
+    STEP = "step"
+    """A decode pass: one token per row, plus any forced tokens (rows x tokens per row)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """The shape of one forward pass: its kind and how many tokens it feeds."""
+
+    kind: PassKind
+    tokens: int
 
 
 @runtime_checkable
@@ -38,8 +54,8 @@ class Clock(Protocol):
         """The current time in seconds."""
         ...
 
-    def timed(self, work: Callable[[], _T], predicted: Prediction) -> tuple[_T, float]:
-        """Run one forward pass; return its result and the seconds it took on this clock."""
+    def timed(self, work: Callable[[], _T], shape: Pass) -> tuple[_T, float]:
+        """Run one forward pass of ``shape``; return its result and its seconds on this clock."""
         ...
 
     def begin_call(self) -> None:
@@ -59,7 +75,7 @@ class _RealTime:
     def now(self) -> float:
         raise NotImplementedError
 
-    def timed(self, work: Callable[[], _T], predicted: Prediction) -> tuple[_T, float]:
+    def timed(self, work: Callable[[], _T], shape: Pass) -> tuple[_T, float]:
         """Run ``work`` and measure it."""
         start = self.now()
         out = work()

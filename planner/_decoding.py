@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._backend import GenerationStatus
-from ._clock import Clock
+from ._clock import Clock, Pass, PassKind
 from ._decode_run import DecodeResult, RowResult, Run, ScoreResult
-from ._latency import LatencyModel, Prediction
+from ._latency import LatencyModel
 
 if TYPE_CHECKING:
     import torch
@@ -124,11 +124,11 @@ class Decoder:
             self.prefix_hits += 1
             return hit
         self.prefix_misses += 1
-        predicted = self._latency.prefill(len(key))
-        self._check(deadline, cancel, predicted.p95)
+        self._check(deadline, cancel, self._latency.prefill(len(key)).p95)
         inp = torch.tensor([key], device=self.device)
         out, seconds = self._clock.timed(
-            lambda: self._model(input_ids=inp, use_cache=True, logits_to_keep=1), predicted
+            lambda: self._model(input_ids=inp, use_cache=True, logits_to_keep=1),
+            Pass(PassKind.PREFILL, len(key)),
         )
         cache = out.cache
         kv = [(layer.keys, layer.values) for layer in cache.layers]
@@ -425,7 +425,7 @@ class Decoder:
     ) -> tuple[torch.Tensor, Any]:
         """One forward pass, timed (or charged) by the clock; its time feeds the latency model."""
         n = int(ids.numel())
-        predicted: Prediction = self._latency.prefill(n) if prefill else self._latency.step(n)
+        shape = Pass(PassKind.PREFILL if prefill else PassKind.STEP, n)
 
         def run() -> tuple[torch.Tensor, Any]:
             out = self._model(
@@ -439,7 +439,7 @@ class Decoder:
             dev = self.device.type
             return (out.logits.float().cpu() if dev != "cpu" else out.logits.float()), out.cache
 
-        (logits, new_cache), elapsed = self._clock.timed(run, predicted)
+        (logits, new_cache), elapsed = self._clock.timed(run, shape)
         if prefill:
             self._latency.observe_prefill(n, elapsed)
         else:

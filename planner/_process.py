@@ -129,7 +129,7 @@ def _serve(
     backend: Any, method: str, schema: ActionSchema, args: dict[str, Any], cancel: CancelSignal
 ) -> Any:
     if method == "prepare":
-        backend.prepare_sync(schema)
+        backend.calibrate_sync(schema)
         return None
     if method == "generate":
         gens = backend.generate_sync(

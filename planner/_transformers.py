@@ -259,14 +259,23 @@ class TransformersBackend:
             raise PromptTooLong(prompt_tokens + max_new_tokens, limit)
 
     async def prepare(self, schema: ActionSchema) -> None:
-        """Compile the grammar of ``schema`` (in this backend's form) now, off any event's path."""
-        await asyncio.get_running_loop().run_in_executor(
-            self._worker.pool(), lambda: self.prepare_sync(schema)
-        )
+        """Get ready for ``schema`` off any event's path: compile its grammar, then calibrate.
+
+        Calibration generates one action, so the latency model knows how many decode passes an
+        action of this schema takes before the first event asks whether one fits (without it
+        the fit checks assume 8, and a caller that never starts a call never learns better).
+        """
+        cancel = CancelSignal()
+        await self._run(lambda: self.calibrate_sync(schema), cancel)
 
     def prepare_sync(self, schema: ActionSchema) -> None:
-        """Blocking :meth:`prepare`."""
+        """Compile the grammar of ``schema`` in this backend's form (blocking)."""
         self._compile(schema)
+
+    def calibrate_sync(self, schema: ActionSchema) -> None:
+        """Compile, then generate one action for a neutral prompt (blocking)."""
+        self._compile(schema)
+        self.generate_sync("", ["calibration"], schema, deadline=math.inf)
 
     def _compile(self, schema: ActionSchema) -> object:
         form = self._options.form

@@ -18,9 +18,9 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-if TYPE_CHECKING:
-    from forethought.planner import Prediction
+from forethought.planner import LatencyModel, LatencyProfile, Pass, PassKind, Prediction
 
+if TYPE_CHECKING:
     from ._vloop import VirtualTimeLoop
 
 __all__ = ["ChargedClock"]
@@ -34,19 +34,21 @@ class ChargedClock:
 
     Args:
         loop: the virtual-time loop of the replay.
+        profile: the simulated device's latency law.
         seed: seeds the draws, so a replay is byte-identical for a seed, profile and model.
 
-    A pass predicted at p50 ``m`` and p95 ``q`` costs ``m * exp(sigma * z)``, z standard
-    normal, sigma = ln(q / m) / 1.645: the median is the profile's, and one pass in twenty
-    takes longer than its p95, as on a real device. A profile without spread (q == m) charges
-    exactly ``m``.
+    A pass the profile predicts at p50 ``m`` and p95 ``q`` costs ``m * exp(sigma * z)``, z
+    standard normal, sigma = ln(q / m) / 1.645: the median is the profile's, and one pass in
+    twenty takes longer than its p95, as on a real device. A profile without spread (q == m)
+    charges exactly ``m``.
 
     """
 
-    def __init__(self, loop: VirtualTimeLoop, *, seed: int = 0) -> None:
+    def __init__(self, loop: VirtualTimeLoop, profile: LatencyProfile, *, seed: int = 0) -> None:
         self._loop = loop
+        self._law = LatencyModel(profile, fixed=True)
         self._rng = random.Random(seed)
-        self._log: list[Prediction] | None = None
+        self._log: list[Pass] | None = None
         self.charged_s = 0.0
         self.passes = 0
 
@@ -54,31 +56,38 @@ class ChargedClock:
         """The loop's virtual time."""
         return self._loop.time()
 
-    def charge(self, predicted: Prediction) -> float:
-        """What one pass predicted as ``predicted`` costs (one draw)."""
+    def predict(self, shape: Pass) -> Prediction:
+        """What the profile predicts for one pass of ``shape``."""
+        if shape.kind is PassKind.PREFILL:
+            return self._law.prefill(shape.tokens)
+        return self._law.step(shape.tokens)
+
+    def charge(self, shape: Pass) -> float:
+        """What one pass of ``shape`` costs (one draw)."""
+        predicted = self.predict(shape)
         m, q = predicted.p50, predicted.p95
         if q <= m * (1 + 1e-9):
             return m
         sigma = math.log(q / m) / _Z95
         return m * math.exp(sigma * self._rng.gauss(0.0, 1.0))
 
-    def timed(self, work: Callable[[], _T], predicted: Prediction) -> tuple[_T, float]:
+    def timed(self, work: Callable[[], _T], shape: Pass) -> tuple[_T, float]:
         """Compute the pass for real with time still, then spend its charge."""
         out = work()
         if self._log is not None:
-            self._log.append(predicted)
-        seconds = self.charge(predicted)
+            self._log.append(shape)
+        seconds = self.charge(shape)
         self.charged_s += seconds
         self.passes += 1
         self._loop.spend(seconds)
         return out, seconds
 
-    def record(self) -> list[Prediction]:
-        """Log the predictions of the passes charged from now on (until :meth:`stop_recording`).
+    def record(self) -> list[Pass]:
+        """Log the shapes of the passes charged from now on (until :meth:`stop_recording`).
 
         A call that runs to completion, uncut and uncancelled, is a pure function of its
-        prompt (greedy decoding): replaying its log charges exactly what computing it again
-        would, draw for draw (the simulator's naive live caller uses this for repeats).
+        prompt (greedy decoding): replaying its passes charges exactly what computing it again
+        would, draw for draw, on any profile (the simulator's naive live caller uses this).
         """
         self._log = []
         return self._log
@@ -87,11 +96,11 @@ class ChargedClock:
         """Stop logging passes."""
         self._log = None
 
-    async def replay(self, passes: list[Prediction]) -> float:
+    async def replay(self, passes: list[Pass]) -> float:
         """Charge a logged call's passes again on the loop (no model work); returns seconds."""
         total = 0.0
-        for predicted in passes:
-            seconds = self.charge(predicted)
+        for shape in passes:
+            seconds = self.charge(shape)
             self.charged_s += seconds
             self.passes += 1
             total += seconds

@@ -32,8 +32,8 @@ from forethought.planner import (
     LatencyModel,
     LatencyProfile,
     ModelBackend,
+    Pass,
     PlannerConfig,
-    Prediction,
     TransformersBackend,
     state_context,
 )
@@ -53,8 +53,8 @@ _T = TypeVar("_T")
 BackendSource = TransformersBackend | Callable[[], ModelBackend]
 """A loaded real model (each strategy gets a fresh backend on its weights), or a factory."""
 
-CallMemo = dict[tuple[str, str], tuple[Generation, list[Prediction]]]
-"""(context, event) -> a completed naive call and the passes it was charged."""
+CallMemo = dict[tuple[str, str], tuple[Generation, list[Pass]]]
+"""(context, event) -> a completed naive call and the shapes of the passes it ran."""
 
 
 _NAIVE = DecodeOptions(form=ActionForm.VERBOSE, reuse_prefix=False, jump_forward=False)
@@ -100,7 +100,7 @@ class _Strategy:
         if isinstance(loop, VirtualTimeLoop):
             if self.profile is None:
                 raise ValueError("a virtual replay of a real model needs a device profile")
-            self.clock = ChargedClock(loop, seed=self.seed)
+            self.clock = ChargedClock(loop, self.profile, seed=self.seed)
             return self.source.sharing(
                 clock=self.clock, latency=LatencyModel(self.profile, fixed=True), options=options
             )

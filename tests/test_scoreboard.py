@@ -208,7 +208,7 @@ def test_the_charged_time_of_a_known_call_sequence(tiny_backend: TransformersBac
 
     async def sequence() -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        clock = ChargedClock(loop)
+        clock = ChargedClock(loop, PROFILE)
         backend = tiny_backend.sharing(
             clock=clock,
             latency=LatencyModel(PROFILE, fixed=True),
