@@ -249,7 +249,6 @@ class Agent:
                 else parse_payload(event, max_bytes=self.config.mqtt.max_payload_bytes)
             )
             event = Event.from_payload(payload, arrival=Arrival.now())
-        event = executor.arrived(event)
         if executor.known(event.id):
             return await executor.decide(event, self._state)
         if event.state:
