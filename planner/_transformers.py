@@ -87,6 +87,7 @@ class TransformersBackend:
         self._dtype = dtype
         self._grammar_name = grammar
         self._clock = clock
+        self._given_clock = clock
         self._prefix_cache_size = prefix_cache_size
         self._latency = latency or LatencyModel()
         self._options = options or DecodeOptions()
@@ -173,8 +174,9 @@ class TransformersBackend:
 
     async def __aenter__(self) -> Self:
         loop = asyncio.get_running_loop()
-        if self._clock is None:
-            self._clock = LoopClock(loop)
+        # Each start binds to the loop that starts it (unless a clock was given): a backend
+        # kept across loops must never read a finished loop's time.
+        self._clock = self._given_clock or LoopClock(loop)
         if self._loaded is None:
             await loop.run_in_executor(self._worker.pool(), self.load)
         self.decoder.use_clock(self._clock)

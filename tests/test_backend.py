@@ -121,3 +121,15 @@ async def test_a_call_before_the_start_raises_not_started(
     backend = TransformersBackend(model=str(tiny_model_dir), device="cpu", dtype="float32")
     with pytest.raises(NotStarted):
         await backend.generate("ctx", ["x"], robot_schema, deadline=1e9)
+
+
+def test_each_start_reads_the_loop_that_started_it(tiny_backend: TransformersBackend) -> None:
+    from forethought.sims import run_virtual
+
+    async def start_and_read() -> tuple[float, float]:
+        async with tiny_backend:
+            return tiny_backend.decoder.clock.now(), asyncio.get_running_loop().time()
+
+    asyncio.run(start_and_read())  # a first start on an ordinary (monotonic) loop
+    backend_now, loop_now = run_virtual(start_and_read())  # then on a virtual one, at t=0
+    assert backend_now == loop_now == 0.0
