@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Self
 
@@ -96,16 +95,14 @@ class Agent:
         config: str | Path | None = None,
         backend: ModelBackend | None = None,
         bus: EventBus | None = None,
-        ignore: Collection[str] = (),
     ) -> Agent:
         """An agent for the spec file ``spec``: the one place an agent reads files.
 
         Configured by the TOML file ``config`` (if any) and ``FORETHOUGHT_*`` environment
-        variables; ``ignore`` names top-level keys of the file that are not part of the spec
-        (a scenario's ``trace``, say).
+        variables. (A simulator scenario's spec: ``forethought.sims.load_spec``.)
         """
         return cls(
-            AgentSpec.from_file(spec, ignore=ignore),
+            AgentSpec.from_file(spec),
             backend=backend,
             bus=bus,
             config=AgentConfig.load(config),

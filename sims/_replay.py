@@ -252,7 +252,6 @@ async def _agent_run(
                 state=ev.state,
             )
             state = agent.state if not ev.state else agent.state.patched(ev.state)
-            key = agent.space.key(ev.type, ev.params)
             c0 = time.perf_counter()
             d = await agent.decide(event)
             cpu = (time.perf_counter() - c0) * 1e3
@@ -266,7 +265,7 @@ async def _agent_run(
                 action=d.action,
                 met=d.met,
                 context=state_context(sc.spec.description, state.to_json()),
-                event_text=key.describe() if key is not None else ev.describe(),
+                event_text=d.key.describe() if d.key is not None else ev.describe(),
                 state=state.data,
                 approximate=d.approximate,
                 out_of_space=d.out_of_space,

@@ -109,8 +109,8 @@ class Scenario(BaseModel):
         """The event's deadline, from its stimulus: its own, else its type's."""
         if ev.deadline_ms is not None:
             return ev.deadline_ms
-        spec = self.spec.event_space().types.get(ev.type)
-        return spec.deadline_ms if spec is not None else default
+        # The declared types directly: building the event space (every key) per event is waste.
+        return next((t.deadline_ms for t in self.spec.events if t.type == ev.type), default)
 
     def perception_s(self, ev: TraceEvent) -> float:
         """Seconds perception spends before the event reaches the agent."""

@@ -268,3 +268,23 @@ async def test_a_bus_event_loop_is_bounded(spec: AgentSpec) -> None:
     decided = [r for r in results if not isinstance(r, BaseException)]
     assert bus.dropped == len(dropped) >= 1
     assert len(decided) + len(dropped) == 5
+
+
+async def test_from_file_reads_the_spec_the_toml_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(SPEC))
+    toml = tmp_path / "agent.toml"
+    toml.write_text("[planner]\nenabled = false\n[executor]\nmargin_ms = 9\n")
+    monkeypatch.setenv("FORETHOUGHT_MAX_CONCURRENT", "3")
+    agent = Agent.from_file(spec_path, config=toml, backend=ScriptedBackend())
+    assert agent.spec == AgentSpec.from_data(SPEC)
+    assert agent.config.executor.margin_ms == 9
+    assert agent.config.max_concurrent == 3
+    async with agent:
+        assert agent.planner is None
+        d = await agent.decide({"id": "f1", "type": "clear", "params": {}})
+        assert d.budget_s == pytest.approx(1.0 - 0.009)
