@@ -185,6 +185,10 @@ class TransformersBackend:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._worker.stop()
+        # The loop's clock is bound only while started: afterwards, sync use (scripts, benches)
+        # reads the given clock or monotonic time, never the time of a loop that has finished.
+        self._clock = self._given_clock
+        self.decoder.use_clock(self._given_clock or MonotonicClock())
 
     def close(self) -> None:
         """Stop the worker thread (the model stays loaded for sync use)."""

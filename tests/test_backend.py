@@ -133,3 +133,5 @@ def test_each_start_reads_the_loop_that_started_it(tiny_backend: TransformersBac
     asyncio.run(start_and_read())  # a first start on an ordinary (monotonic) loop
     backend_now, loop_now = run_virtual(start_and_read())  # then on a virtual one, at t=0
     assert backend_now == loop_now == 0.0
+    # Stopped, it reads monotonic time again (sync use must not see the finished loop's 0.0).
+    assert tiny_backend.decoder.clock.now() == pytest.approx(time.monotonic(), abs=1.0)
