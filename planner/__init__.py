@@ -8,6 +8,7 @@ from ._backend import (
     ModelBackend,
     Scores,
 )
+from ._calibration import Calibration, calibration, markov_bound
 from ._clock import Clock, LoopClock, MonotonicClock, Pass, PassKind
 from ._decode_run import DecodeResult, RowResult, ScoreResult
 from ._decoding import Decoder
@@ -32,6 +33,7 @@ from ._transformers import TransformersBackend
 __all__ = [
     "DEFAULT_MODEL",
     "Branch",
+    "Calibration",
     "CancelSignal",
     "Clock",
     "DecodeOptions",
@@ -69,9 +71,11 @@ __all__ = [
     "TransformersBackend",
     "XGrammarEngine",
     "cache_root",
+    "calibration",
     "describe_format",
     "load_model",
     "make_engine",
+    "markov_bound",
     "resolve_model",
     "state_context",
 ]

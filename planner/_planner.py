@@ -1,10 +1,13 @@
 """The idle-time planner: writes actions for the events most likely to come next.
 
 One background task (owned by the agent's TaskGroup). Each round it ranks uncovered branches by
-value -- p(event) x urgency, where urgency is high for events whose deadline is shorter than
-what the live tiers can do (per the latency model) -- takes the best batch that shares one
-state, and generates it in one prefix-sharing batch. When nothing valuable is left it waits on
-an event (no polling, no CPU) until a state change, an observed event or an eviction wakes it.
+value -- the chance the branch is needed within the next ``horizon`` events (:func:`look_ahead`:
+the forecaster, effects and learned state drift) x urgency, where urgency is high for events
+whose deadline is shorter than what the live tiers can do (per the latency model) -- drops those
+whose value does not cover their cost (the events expected to arrive while the model writes
+them), takes the best batch that shares one state, and generates it in one prefix-sharing batch.
+When nothing valuable is left it waits on an event (no polling, no CPU) until a state change, an
+observed event or an eviction wakes it.
 An urgent caller takes the model at once through the :class:`ModelGate`.
 """
 
@@ -12,13 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from forethought.policies import (
     ActionSchema,
+    ConfigError,
     EventKey,
     EventSpace,
     ForethoughtError,
@@ -28,8 +33,10 @@ from forethought.policies import (
 )
 
 from ._backend import GenerationStatus, ModelBackend
+from ._drift import StateDrift
 from ._forecaster import Forecaster
 from ._gate import ModelGate
+from ._lookahead import look_ahead
 from ._prompt import state_context
 
 __all__ = ["Branch", "Planner", "PlannerConfig", "PlannerStats"]
@@ -48,12 +55,24 @@ class PlannerConfig(BaseModel):
     """Most branches generated in one batch."""
     max_prefill_s: float = Field(default=0.6, gt=0)
     """A batch's prefill cannot be interrupted: batches shrink so it stays under this."""
-    max_depth: int = Field(default=2, ge=1, le=3)
-    """How many events ahead to plan where effects change the state."""
-    expand_top: int = Field(default=4, ge=0)
-    """How many likely events of the current state are expanded one level deeper."""
+    horizon: int = Field(default=16, ge=1, le=256)
+    """Events looked ahead: a branch's value is the chance it is needed within this many
+    events, through effects and learned state drift (1: the current state's next event)."""
+    drift: bool = True
+    """Learn how the state changes from outside (patches) and plan for the states it leads to."""
+    learn: bool = True
+    """Learn the event stream (off: the declared weights alone predict the next event)."""
     min_value: float = Field(default=1e-3, ge=0)
     """Branches worth less than this are not planned: the planner sleeps instead."""
+    cost_weight: float = Field(default=1.0, ge=0)
+    """A branch is planned only when its value exceeds ``cost_weight`` x its cost: the events
+    expected to arrive while the model writes it (model seconds per branch / mean gap), each
+    finding the model busy. 0: plan everything above ``min_value``."""
+    method: Literal["auto", "generate", "score"] = "auto"
+    """How branches are written: ``generate`` (constrained generation, a batch of branches
+    sharing one prefix), ``score`` (one forward pass ranks every candidate action for one
+    event; only for enumerable action spaces), or ``auto``: whichever the latency model
+    predicts is cheaper per branch for this schema and device."""
     relaxed_urgency: float = Field(default=0.3, ge=0, le=1)
     """Urgency of an event the live tiers could still answer in time."""
     margin_s: float = Field(default=0.02, ge=0)
@@ -69,10 +88,15 @@ class Branch:
     """A branch the planner may generate: event ``key`` in state ``state``."""
 
     state: WorldState
+    """The concrete state the model is shown."""
     key: EventKey
     probability: float
+    """Chance the branch answers at least one event within the horizon."""
     value: float
+    """``probability`` x urgency."""
     next_fingerprint: str | None
+    fingerprint: str = ""
+    """The fingerprint the branch is stored under (the state as its event type sees it)."""
 
 
 @dataclass(slots=True)
@@ -81,7 +105,12 @@ class PlannerStats:
 
     rounds: int = 0
     branches: int = 0
+    """Branches generated and inserted (a branch planned twice counts twice)."""
     tokens: int = 0
+    scored: int = 0
+    """Branches written by scoring candidates (the rest were generated)."""
+    below_cost: int = 0
+    """Times a ranking stopped at a branch whose value did not cover its cost."""
     errors: dict[str, int] = field(default_factory=dict)
     cancelled: int = 0
     busy_s: float = 0.0
@@ -95,6 +124,8 @@ class PlannerStats:
             "rounds": self.rounds,
             "branches": self.branches,
             "tokens": self.tokens,
+            "below_cost": self.below_cost,
+            "scored": self.scored,
             "errors": dict(self.errors),
             "cancelled": self.cancelled,
             "busy_s": self.busy_s,
@@ -116,6 +147,13 @@ class Planner:
         description: the task context given to the model.
         state: the initial state.
         config: settings.
+        cover_top: how many likely events :meth:`track_cover` waits for.
+        live_tiers: whether the executor has model tiers that can answer an event the tree
+            does not (off: every event relies on the tree, so every type is urgent).
+        near_states: whether the executor borrows answers from neighbouring states (then a
+            branch is not planned where a neighbour's would answer it).
+        candidates: the enumerable actions (the executor's score tier's), for scoring-based
+            planning.
 
     """
 
@@ -132,8 +170,13 @@ class Planner:
         state: WorldState,
         config: PlannerConfig | None = None,
         cover_top: int = 8,
+        live_tiers: bool = True,
+        near_states: bool = True,
+        candidates: Sequence[BaseModel] | None = None,
     ) -> None:
         self._backend = backend
+        self._live_tiers = live_tiers
+        self._near_states = near_states
         self._gate = gate
         self._space = space
         self._schema = schema
@@ -142,12 +185,23 @@ class Planner:
         self._description = description
         self._state = state
         self._config = config or PlannerConfig()
+        self._candidates = list(candidates) if candidates else None
+        if self._config.method == "score" and not self._candidates:
+            raise ConfigError(
+                "planner.method", "score", "needs an enumerable action space or candidates"
+            )
+        self._cand_tokens = (
+            sum(len(schema.compact(c)) for c in self._candidates) // 3 if self._candidates else 0
+        )
+        self._drift = StateDrift(state.abstraction) if self._config.drift else None
         self._cover_top = cover_top
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._covered = asyncio.Event()
         self._retry_at: dict[tuple[str, EventKey], tuple[float, int]] = {}
         self._cover_watch: tuple[float, str, list[EventKey]] | None = None
+        self._last_event_at: float | None = None
+        self._mean_gap_s: float | None = None
         self.stats = PlannerStats()
         self.sleeping = False
 
@@ -163,9 +217,20 @@ class Planner:
         """The state the planner plans for."""
         return self._state
 
-    def set_state(self, state: WorldState) -> None:
-        """Plan for ``state`` now; its most likely events become the first work."""
+    @property
+    def mean_gap_s(self) -> float | None:
+        """The mean time between observed events (None before two have been seen)."""
+        return self._mean_gap_s
+
+    def set_state(self, state: WorldState, *, external: bool = False) -> None:
+        """Plan for ``state`` now; its most likely events become the first work.
+
+        ``external``: the change came from outside (a patch), not from an event's effects;
+        the drift model learns from it.
+        """
         changed = state.fingerprint != self._state.fingerprint
+        if external and self._drift is not None:
+            self._drift.observe_change(self._state, state)
         self._state = state
         if changed:
             self.track_cover()
@@ -186,7 +251,18 @@ class Planner:
 
     def observe(self, key: EventKey | None) -> None:
         """An event was decided: learn from it and re-plan."""
-        self._forecaster.observe(key, self._state.fingerprint)
+        now = self._now()
+        if self._last_event_at is not None:
+            gap = now - self._last_event_at
+            # An exponentially weighted mean: the rate of events drifts over a shift.
+            self._mean_gap_s = (
+                gap if self._mean_gap_s is None else 0.9 * self._mean_gap_s + 0.1 * gap
+            )
+        self._last_event_at = now
+        if self._drift is not None:
+            self._drift.observe_event()
+        if self._config.learn:
+            self._forecaster.observe(key, self._state.fingerprint)
         self.wake()
 
     def wake(self) -> None:
@@ -202,6 +278,8 @@ class Planner:
 
     def _urgencies(self) -> dict[str, float]:
         """Urgency per event type: high where the live tiers could not answer in time."""
+        if not self._live_tiers:
+            return dict.fromkeys(self._space.types, 1.0)
         lat = self._backend.latency
         live = lat.call(32, lat.typical_steps()).p95
         cfg = self._config
@@ -210,60 +288,93 @@ class Planner:
             for name, spec in self._space.types.items()
         }
 
+    def _batch_size(self) -> int:
+        size = self._config.batch_size
+        lat = self._backend.latency
+        while size > 1 and lat.prefill(size * 32).p95 > self._config.max_prefill_s:
+            size //= 2
+        return size
+
+    def seconds_per_branch(self) -> dict[str, float]:
+        """Predicted model seconds per branch for each way of writing one (p50)."""
+        size = self._batch_size()
+        lat = self._backend.latency
+        out = {"generate": lat.call(size * 32, lat.typical_steps(), rows=size).p50 / size}
+        if self._candidates:
+            out["score"] = lat.prefill(32 + self._cand_tokens).p50
+        return out
+
+    def method(self) -> str:
+        """How the next branches are written (``auto`` resolved by :meth:`seconds_per_branch`)."""
+        if self._config.method != "auto":
+            return self._config.method
+        costs = self.seconds_per_branch()
+        return min(costs, key=costs.__getitem__)
+
+    def branch_cost(self) -> float:
+        """A branch's cost in events: those expected to arrive while the model writes it.
+
+        Model seconds per branch (a full batch's predicted time, shared by its rows) over the
+        mean gap between events. Zero until the gap is known: a fresh agent plans freely.
+        """
+        gap = self._mean_gap_s
+        if gap is None or gap <= 0 or self._config.cost_weight == 0:
+            return 0.0
+        seconds = self.seconds_per_branch()[self.method()]
+        return self._config.cost_weight * seconds / gap
+
     def candidates(self) -> list[Branch]:
         """Uncovered branches worth planning, most valuable first.
 
-        Runs on the event loop after every observed event, so it stays cheap: urgencies are
-        computed once per type, and a level stops at the first key whose probability alone
-        is below ``min_value`` (keys come most likely first).
+        Value = chance the branch is needed within the horizon x its type's urgency
+        (:func:`look_ahead`). A branch is kept when its value reaches ``min_value`` and its
+        cost (:meth:`branch_cost`). Runs on the event loop after every observed event: the
+        look-ahead prunes unlikely states so it stays in the milliseconds.
         """
         now = self._now()
         cfg = self._config
         urgency = self._urgencies()
-        types = self._space.types
+        cost = self.branch_cost()
+        floor = max(cfg.min_value, cost)
         out: list[Branch] = []
-        levels: list[tuple[WorldState, float, EventKey | None]] = [(self._state, 1.0, None)]
-        for depth in range(cfg.max_depth):
-            next_levels: list[tuple[WorldState, float, EventKey | None]] = []
-            expand = depth + 1 < cfg.max_depth
-            for state, reach, previous in levels:
-                fp = state.fingerprint
-                dist = self._forecaster.top(fp, len(self._space), previous)
-                for rank, (key, p) in enumerate(dist):
-                    joint = reach * p
-                    if joint < cfg.min_value and not (expand and rank < cfg.expand_top):
-                        break
-                    spec = types[key.type]
-                    nxt = None
-                    if spec.effects:
-                        after = state.after(spec, key)
-                        if after.fingerprint != fp:
-                            nxt = after.fingerprint
-                            if expand and rank < cfg.expand_top:
-                                next_levels.append((after, joint, key))
-                    if self._tree.lookup(fp, key) is not None:
-                        continue
-                    retry = self._retry_at.get((fp, key))
-                    if retry is not None and retry[0] > now:
-                        continue
-                    value = joint * urgency[key.type]
-                    if value >= cfg.min_value:
-                        out.append(Branch(state, key, joint, value, nxt))
-            levels = next_levels
+        for e in look_ahead(
+            self._state,
+            forecaster=self._forecaster,
+            space=self._space,
+            drift=self._drift,
+            horizon=cfg.horizon,
+        ):
+            value = e.p_used * urgency[e.key.type]
+            if value < floor:
+                if value >= cfg.min_value:
+                    self.stats.below_cost += 1
+                continue
+            if self._answered(e.state, e.fingerprint, e.key):
+                continue
+            retry = self._retry_at.get((e.fingerprint, e.key))
+            if retry is not None and retry[0] > now:
+                continue
+            out.append(Branch(e.state, e.key, e.p_used, value, e.next_fingerprint, e.fingerprint))
         out.sort(key=lambda b: -b.value)
         return out
+
+    def _answered(self, state: WorldState, fp: str, key: EventKey) -> bool:
+        """Whether the executor would find an answer: exact, or from a nearby state."""
+        tree = self._tree
+        if tree.lookup(fp, key) is not None:
+            return True
+        return self._near_states and any(
+            tree.lookup(near, key) is not None for near, _ in state.near(key.type)
+        )
 
     def _next_batch(self) -> list[Branch]:
         ranked = self.candidates()
         if not ranked:
             return []
-        fp = ranked[0].state.fingerprint
-        same = [b for b in ranked if b.state.fingerprint == fp]
-        size = self._config.batch_size
-        lat = self._backend.latency
-        while size > 1 and lat.prefill(size * 32).p95 > self._config.max_prefill_s:
-            size //= 2
-        return same[:size]
+        # One batch shares one prompt prefix: the state the best branch is planned in.
+        first = ranked[0].state
+        same = [b for b in ranked if b.state == first]
+        return same[: self._batch_size()]
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -284,6 +395,9 @@ class Planner:
             await self._run_batch(batch)
 
     async def _run_batch(self, batch: list[Branch]) -> None:
+        if self.method() == "score":
+            await self._score_batch(batch)
+            return
         cfg = self._config
         state = batch[0].state
         context = state_context(self._description, state.to_json())
@@ -312,23 +426,7 @@ class Planner:
         self.stats.rounds += 1
         for branch, gen in zip(batch, gens, strict=True):
             if gen.ok and gen.action is not None:
-                self._tree.insert(
-                    PolicyNode(
-                        fingerprint=branch.state.fingerprint,
-                        key=branch.key,
-                        action=self._schema.readable(gen.action),
-                        compact=gen.text,
-                        probability=branch.probability,
-                        model_id=self._backend.model_id,
-                        tokens=gen.output_tokens,
-                        gen_seconds=gen.seconds,
-                        created_at=self._now(),
-                        next_fingerprint=branch.next_fingerprint,
-                    )
-                )
-                self._retry_at.pop((branch.state.fingerprint, branch.key), None)
-                self.stats.branches += 1
-                self.stats.tokens += gen.output_tokens
+                self._insert(branch, gen.action, gen.text, gen.output_tokens, gen.seconds)
             elif gen.status in (
                 GenerationStatus.CANCELLED,
                 GenerationStatus.DEADLINE,
@@ -340,11 +438,69 @@ class Planner:
                 self._backoff(branch)
         self._check_cover()
 
+    async def _score_batch(self, batch: list[Branch]) -> None:
+        """Write branches by scoring every candidate action, one event per forward pass."""
+        cands = self._candidates
+        assert cands is not None
+        cfg = self._config
+        context = state_context(self._description, batch[0].state.to_json())
+        async with self._gate.background() as cancel:
+            for branch in batch:
+                t0 = self._now()
+                try:
+                    scores = await self._backend.score(
+                        context,
+                        branch.key.describe(),
+                        cands,
+                        self._schema,
+                        deadline=t0 + cfg.batch_timeout_s,
+                        cancel=cancel,
+                    )
+                except (ForethoughtError, RuntimeError, ValueError) as exc:
+                    self.stats.busy_s += self._now() - t0
+                    self._count_error(type(exc).__name__)
+                    log.warning("planner scoring failed: %s", exc)
+                    self._backoff(branch)
+                    continue
+                self.stats.busy_s += self._now() - t0
+                best = scores.best
+                if best is None:
+                    self.stats.cancelled += 1  # preempted: it stays a candidate
+                    if cancel.cancelled:
+                        break
+                    continue
+                action = cands[best]
+                self._insert(branch, action, self._schema.compact(action), 0, scores.seconds)
+                self.stats.scored += 1
+        self.stats.rounds += 1
+        self._check_cover()
+
+    def _insert(
+        self, branch: Branch, action: BaseModel, compact: str, tokens: int, seconds: float
+    ) -> None:
+        self._tree.insert(
+            PolicyNode(
+                fingerprint=branch.fingerprint,
+                key=branch.key,
+                action=self._schema.readable(action),
+                compact=compact,
+                probability=branch.probability,
+                model_id=self._backend.model_id,
+                tokens=tokens,
+                gen_seconds=seconds,
+                created_at=self._now(),
+                next_fingerprint=branch.next_fingerprint,
+            )
+        )
+        self._retry_at.pop((branch.fingerprint, branch.key), None)
+        self.stats.branches += 1
+        self.stats.tokens += tokens
+
     def _count_error(self, kind: str) -> None:
         self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
 
     def _backoff(self, branch: Branch) -> None:
-        ident = (branch.state.fingerprint, branch.key)
+        ident = (branch.fingerprint, branch.key)
         _, tries = self._retry_at.get(ident, (0.0, 0))
         delay = min(self._config.retry_base_s * 2**tries, self._config.retry_max_s)
         self._retry_at[ident] = (self._now() + delay, tries + 1)
@@ -355,12 +511,18 @@ class Planner:
         if self._cover_watch is None:
             return
         started, fp, keys = self._cover_watch
-        if all(self._tree.lookup(fp, k) is not None for k in keys):
+        state = self._state
+        if state.fingerprint != fp:
+            return  # the watched state has gone; the next set_state starts a new watch
+        if all(self._tree.lookup(state.fingerprint_for(k.type), k) is not None for k in keys):
             self.stats.cover_times_s.append(self._now() - started)
             self._cover_watch = None
             self._covered.set()
 
     def coverage(self) -> float:
         """Next-event probability mass the tree answers in the current state."""
-        fp = self._state.fingerprint
-        return self._forecaster.coverage(fp, lambda k: self._tree.lookup(fp, k) is not None)
+        state = self._state
+        return self._forecaster.coverage(
+            state.fingerprint,
+            lambda k: self._tree.lookup(state.fingerprint_for(k.type), k) is not None,
+        )

@@ -1,5 +1,6 @@
 """Pure data: action schemas, the event space, state, the policy tree, the error tree. No torch."""
 
+from ._abstraction import StateAbstraction
 from ._action import ActionForm, ActionSchema
 from ._errors import (
     BackendError,
@@ -47,6 +48,7 @@ __all__ = [
     "PromptTooLong",
     "SchemaError",
     "SnapshotError",
+    "StateAbstraction",
     "WorldState",
     "first_problem",
     "load_document",

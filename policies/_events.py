@@ -79,6 +79,8 @@ class EventType(BaseModel):
     description: str | None = None
     tolerance: dict[str, float] = Field(default_factory=dict)
     """Per numeric parameter: how far (in its units) a tree answer may be borrowed from."""
+    state_fields: list[str] | None = None
+    """The state fields this type's decisions depend on (None: the spec's ``state_fields``)."""
 
     @field_validator("params", mode="before")
     @classmethod

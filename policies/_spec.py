@@ -2,8 +2,10 @@
 
 ``name``, ``description`` (the task context given to the model), ``action`` (JSON Schema of one
 action), ``default_action`` (the safe action, which must validate), the initial ``state`` and the
-``events`` the planner anticipates. ``forethought run`` takes one; a simulator scenario is a spec
-plus a trace.
+``events`` the planner anticipates. ``state_fields``, ``state_grids``, ``state_tolerance`` and
+each event type's own ``state_fields`` say what part of the state a decision depends on
+(:class:`StateAbstraction`). ``forethought run`` takes one; a simulator scenario is a spec plus
+a trace.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ._abstraction import StateAbstraction
 from ._action import ActionSchema
 from ._errors import ConfigError, ForethoughtError, first_problem
-from ._events import EventSpace, EventType
+from ._events import EventSpace, EventType, Grid
+from ._state import WorldState
 
 __all__ = ["AgentSpec", "load_document"]
 
@@ -34,7 +38,13 @@ class AgentSpec(BaseModel):
     default_action: dict[str, Any]
     state: dict[str, Any] = Field(default_factory=dict)
     state_fields: list[str] | None = None
-    """Fields the fingerprint covers (None: all)."""
+    """Fields the fingerprint covers (None: all); an event type may name its own."""
+    state_grids: dict[str, Grid] = Field(default_factory=dict)
+    """Numeric state fields snapped to a grid in the fingerprint (readings within half a step
+    share precomputed answers)."""
+    state_tolerance: dict[str, float] = Field(default_factory=dict)
+    """Per grid field: how far a precomputed answer may be borrowed from a neighbouring state
+    when no exact one exists (flagged as a near-state answer)."""
     events: list[EventType] = Field(min_length=1)
     candidates: list[dict[str, Any]] | None = None
     """Actions the score tier may choose from when the action space is not enumerable."""
@@ -52,7 +62,27 @@ class AgentSpec(BaseModel):
             except ForethoughtError as exc:
                 raise ValueError(f"candidates[{i}] does not validate: {exc}") from None
         EventSpace(self.events)  # duplicate types
+        for name, tol in self.state_tolerance.items():
+            if name not in self.state_grids:
+                raise ValueError(
+                    f"state_tolerance.{name}: only a field in state_grids can have one"
+                )
+            if tol < 0:
+                raise ValueError(f"state_tolerance.{name}: must be >= 0, not {tol}")
         return self
+
+    def state_abstraction(self) -> StateAbstraction:
+        """What a decision depends on: fields (per event type) and grids."""
+        return StateAbstraction(
+            fields=self.state_fields,
+            by_type={t.type: t.state_fields for t in self.events},
+            grids=self.state_grids,
+            tolerance=self.state_tolerance,
+        )
+
+    def initial_state(self, *, max_bytes: int = 16_384) -> WorldState:
+        """The declared initial state, fingerprinted by :meth:`state_abstraction`."""
+        return WorldState(self.state, abstraction=self.state_abstraction(), max_bytes=max_bytes)
 
     def action_schema(self) -> ActionSchema:
         """The action schema (built from ``action``)."""

@@ -113,7 +113,9 @@ class PolicyTree:
         self._live_seq: dict[tuple[str, EventKey], int] = {}
         self._seq = itertools.count()
         self._version = 0
+        self._used: set[tuple[str, EventKey]] = set()
         self.evictions = 0
+        self.evicted_unused = 0
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -139,6 +141,19 @@ class PolicyTree:
     def lookup(self, fingerprint: str, key: EventKey) -> PolicyNode | None:
         """The precomputed node for ``key`` in state ``fingerprint``, or None."""
         return self._index.get((fingerprint, key))
+
+    def touch(self, node: PolicyNode) -> None:
+        """Record that ``node`` answered an event (what the waste figures count)."""
+        self._used.add((node.fingerprint, node.key))
+
+    def was_used(self, fingerprint: str, key: EventKey) -> bool:
+        """Whether the branch ``(fingerprint, key)`` ever answered an event."""
+        return (fingerprint, key) in self._used
+
+    @property
+    def used(self) -> int:
+        """Distinct branches that answered at least one event (evicted ones included)."""
+        return len(self._used)
 
     def branches(self, fingerprint: str) -> Iterator[PolicyNode]:
         """Every branch planned under the state ``fingerprint``."""
@@ -198,6 +213,7 @@ class PolicyTree:
                 continue  # replaced or removed since: a stale heap entry
             node = self.remove(fp, key)
             self.evictions += 1
+            self.evicted_unused += (fp, key) not in self._used
             if node is not None and self._on_evict is not None:
                 self._on_evict(node)
             return

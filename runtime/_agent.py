@@ -74,9 +74,7 @@ class Agent:
         self.space = spec.event_space()
         self._backend = backend
         self.bus = bus
-        self._state = WorldState(
-            spec.state, fields=spec.state_fields, max_bytes=self.config.max_state_bytes
-        )
+        self._state = spec.initial_state(max_bytes=self.config.max_state_bytes)
         self.gate = ModelGate()
         self.tree = PolicyTree(max_nodes=self.config.tree_max_nodes, on_evict=self._evicted)
         self.forecaster = Forecaster(self.space)
@@ -157,6 +155,9 @@ class Agent:
                     description=self.spec.description,
                     state=self._state,
                     config=self.config.planner,
+                    live_tiers=self.config.executor.use_live or self.config.executor.use_score,
+                    near_states=self.config.executor.near_states,
+                    candidates=self.executor.candidates,
                 )
             if self.bus is not None:
                 await stack.enter_async_context(self.bus)
@@ -261,16 +262,16 @@ class Agent:
         if key is not None:
             spec = self.space.types[key.type]
             if spec.effects:
-                self._set_state(self._state.after(spec, key))
+                self._set_state(self._state.after(spec, key), external=False)
 
     def update_state(self, patch: dict[str, Any]) -> None:
         """Set fields of the state (None removes one); raises InvalidState, keeping the old."""
-        self._set_state(self._state.patched(patch))
+        self._set_state(self._state.patched(patch), external=True)
 
-    def _set_state(self, state: WorldState) -> None:
+    def _set_state(self, state: WorldState, *, external: bool) -> None:
         self._state = state
         if self.planner is not None:
-            self.planner.set_state(state)
+            self.planner.set_state(state, external=external)
 
     def stats(self) -> dict[str, Any]:
         """Executor, planner, tree and bus figures."""

@@ -39,7 +39,10 @@ class Decision:
     met: bool
     """Whether the decision came before the deadline (margin included)."""
     approximate: bool = False
-    """A tree answer borrowed from a neighbouring grid key."""
+    """A tree answer borrowed from a neighbouring grid key or a neighbouring state."""
+    nearest: str | None = None
+    """For an approximate tree answer, what was borrowed across: ``"event"`` (a neighbouring
+    grid key in this state) or ``"state"`` (this key in a neighbouring state)."""
     out_of_space: bool = False
     key: EventKey | None = None
     skipped: tuple[tuple[str, str], ...] = ()
@@ -55,5 +58,6 @@ class Decision:
             "latency_ms": round(self.latency_s * 1e3, 3),
             "met": self.met,
             "approximate": self.approximate,
+            "nearest": self.nearest,
             "out_of_space": self.out_of_space,
         }

@@ -3,8 +3,9 @@
 Budget = deadline - now - margin. Tiers in order, each taken only when the latency model's
 p95 says it fits what is left:
 
-1. **tree** -- the exact key for the current state, else the nearest grid neighbour within the
-   declared tolerance (flagged approximate); a dict lookup;
+1. **tree** -- the exact key for the current state (its fingerprint for the event's type), else
+   the nearest grid neighbour of the key within its tolerance, else the key in the nearest
+   state within the state tolerance (both flagged approximate, with which); dict lookups;
 2. **score** -- when the action space is enumerable (enum fields or declared candidates, up to
    ``max_candidates``): one batched forward pass scores them, the best wins;
 3. **live** -- constrained compact generation from the cached state prefix, cut at the budget;
@@ -67,6 +68,9 @@ class ExecutorConfig(BaseModel):
     decided again (it gets the kept decision, or is refused once that was forgotten)."""
     max_remembered_ids: int = Field(default=1_000_000, ge=1)
     """Bound on the ids remembered within the window (memory stays bounded at any rate)."""
+    near_states: bool = True
+    """Borrow a tree answer from a neighbouring state (within ``state_tolerance``) when this
+    state has none."""
     use_tree: bool = True
     use_score: bool = True
     use_live: bool = True
@@ -81,6 +85,7 @@ class ExecutorStats:
     met: int = 0
     missed: int = 0
     approximate: int = 0
+    near_state: int = 0
     out_of_space: int = 0
     duplicates: int = 0
     invalid: int = 0
@@ -100,6 +105,7 @@ class ExecutorStats:
             "met": self.met,
             "missed": self.missed,
             "approximate": self.approximate,
+            "near_state": self.near_state,
             "out_of_space": self.out_of_space,
             "duplicates": self.duplicates,
             "invalid": self.invalid,
@@ -244,6 +250,7 @@ class Executor:
         s.met += d.met
         s.missed += not d.met
         s.approximate += d.approximate
+        s.near_state += d.nearest == "state"
         s.out_of_space += d.out_of_space
         s.latencies_s.append(d.latency_s)
 
@@ -254,7 +261,7 @@ class Executor:
         key = self._space.key(event.type, event.params)
         skipped: list[tuple[str, str]] = []
 
-        def finish(tier: Tier, action: BaseModel, approximate: bool = False) -> Decision:
+        def finish(tier: Tier, action: BaseModel, nearest: str | None = None) -> Decision:
             now = loop.time()
             return Decision(
                 event_id=event.id,
@@ -263,7 +270,8 @@ class Executor:
                 latency_s=now - event.arrived_at,
                 budget_s=end - event.arrived_at,
                 met=now <= end + 1e-9,  # 1 ns: float noise is not a miss
-                approximate=approximate,
+                approximate=nearest is not None,
+                nearest=nearest,
                 out_of_space=key is None,
                 key=key,
                 skipped=tuple(skipped),
@@ -276,13 +284,13 @@ class Executor:
         elif key is None:
             skipped.append(("tree", "out of space"))
         else:
-            found = self._from_tree(state.fingerprint, key)
+            found = self._from_tree(state, key)
             if found is None:
                 skipped.append(("tree", "no branch for this state"))
             else:
-                action, approximate = found
+                action, nearest = found
                 if action is not None:
-                    return finish(Tier.TREE, action, approximate)
+                    return finish(Tier.TREE, action, nearest)
                 skipped.append(("tree", "stored action failed validation"))
         # 2. score, 3. live
         if self._backend is not None:
@@ -305,22 +313,32 @@ class Executor:
         params = " ".join(f"{k}={v}" for k, v in sorted(event.params.items()))
         return f"{event.type}: {params}" if params else event.type
 
-    def _from_tree(self, fp: str, key: EventKey) -> tuple[BaseModel | None, bool] | None:
+    def _from_tree(
+        self, state: WorldState, key: EventKey
+    ) -> tuple[BaseModel | None, str | None] | None:
+        fp = state.fingerprint_for(key.type)
         node = self._tree.lookup(fp, key)
-        approximate = False
+        nearest: str | None = None
         if node is None:
             for near, _ in self._space.neighbours(key):
                 node = self._tree.lookup(fp, near)
                 if node is not None:
-                    approximate = True
+                    nearest = "event"
+                    break
+        if node is None and self._config.near_states:
+            for near_fp, _ in state.near(key.type):
+                node = self._tree.lookup(near_fp, key)
+                if node is not None:
+                    nearest = "state"
                     break
         if node is None:
             return None
+        self._tree.touch(node)
         try:
-            return self._schema.validate(node.action), approximate
+            return self._schema.validate(node.action), nearest
         except ForethoughtError:
             self.stats.invalid += 1
-            return None, approximate
+            return None, nearest
 
     async def _model_call(
         self,

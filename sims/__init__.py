@@ -5,19 +5,30 @@ from pathlib import Path
 from ._charged import ChargedClock
 from ._fidelity import add_references
 from ._grading import Grader, Rule
+from ._levers import LEVERS, fixed_profile, lever_line, lever_runs, without_abstraction
 from ._mqtt_replay import replay_over_mqtt
 from ._profiles import PROFILES, measure_profile, profile_figures, resolve_profile
 from ._records import Record, StrategyRun
 from ._replay import STRATEGIES, replay
 from ._report import metrics, table, write_decisions, write_json, write_report
-from ._scenario import SCENARIO_KEYS, Generate, Scenario, TraceEvent, load_scenario, load_spec
+from ._scenario import (
+    SCENARIO_KEYS,
+    Drift,
+    Generate,
+    Scenario,
+    TraceEvent,
+    load_scenario,
+    load_spec,
+)
 from ._vloop import VirtualTimeLoop, run_virtual
 
 __all__ = [
+    "LEVERS",
     "PROFILES",
     "SCENARIO_KEYS",
     "STRATEGIES",
     "ChargedClock",
+    "Drift",
     "Generate",
     "Grader",
     "Record",
@@ -27,6 +38,9 @@ __all__ = [
     "TraceEvent",
     "VirtualTimeLoop",
     "add_references",
+    "fixed_profile",
+    "lever_line",
+    "lever_runs",
     "load_scenario",
     "load_spec",
     "measure_profile",
@@ -38,6 +52,7 @@ __all__ = [
     "run_virtual",
     "shipped_scenarios",
     "table",
+    "without_abstraction",
     "write_decisions",
     "write_json",
     "write_report",

@@ -34,6 +34,9 @@ class Record:
     """The prompt context (task and state) the decision was made in: for the fidelity check."""
     event_text: str = ""
     """The event as the model is shown it."""
+    nearest: str | None = None
+    """An approximate tree answer's detail: borrowed across a neighbouring ``event`` key or a
+    neighbouring ``state``."""
 
     @property
     def model_written(self) -> bool:
@@ -54,6 +57,7 @@ class Record:
             "action": self.action,
             "met": self.met,
             "approximate": self.approximate,
+            "nearest": self.nearest,
             "out_of_space": self.out_of_space,
             "correct": self.correct,
         }

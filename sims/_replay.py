@@ -37,7 +37,7 @@ from forethought.planner import (
     TransformersBackend,
     state_context,
 )
-from forethought.policies import ActionForm, ActionSchema, WorldState
+from forethought.policies import ActionForm, ActionSchema
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
 
 from ._charged import ChargedClock
@@ -118,7 +118,7 @@ class _Strategy:
         context: str,
         event_text: str,
         state: dict[str, Any],
-        approximate: bool = False,
+        nearest: str | None = None,
         out_of_space: bool = False,
         cpu_ms: float = 0.0,
     ) -> None:
@@ -136,12 +136,13 @@ class _Strategy:
                 tier,
                 action,
                 met,
-                approximate,
+                nearest is not None,
                 out_of_space,
                 sc.grade(ev, action, state),
                 cpu_ms,
                 context,
                 event_text,
+                nearest,
             )
         )
 
@@ -167,7 +168,7 @@ async def _live_naive(
     spec = sc.spec
     schema = spec.action_schema()
     default = schema.readable(schema.validate(spec.default_action))
-    state = WorldState(spec.state, fields=spec.state_fields)
+    state = spec.initial_state()
     space = spec.event_space()
     async with st.backend() as backend:
         await backend.prepare(schema)
@@ -240,7 +241,8 @@ async def _agent_run(
     async with agent:
         planner_ = agent.planner
         t0 = loop.time()
-        used: set[tuple[str, Any]] = set()
+        types = list(sc.spec.event_space().types)
+        visited: set[str] = set()
 
         async def one(i: int, ev: TraceEvent, stimulus: float) -> None:
             event = Event(
@@ -255,8 +257,7 @@ async def _agent_run(
             c0 = time.perf_counter()
             d = await agent.decide(event)
             cpu = (time.perf_counter() - c0) * 1e3
-            if d.tier is Tier.TREE and d.key is not None:
-                used.add((state.fingerprint, d.key))
+            visited.update(state.fingerprint_for(t) for t in types)
             st.record(
                 i,
                 ev,
@@ -267,7 +268,7 @@ async def _agent_run(
                 context=state_context(sc.spec.description, state.to_json()),
                 event_text=d.key.describe() if d.key is not None else ev.describe(),
                 state=state.data,
-                approximate=d.approximate,
+                nearest=d.nearest,
                 out_of_space=d.out_of_space,
                 cpu_ms=cpu,
             )
@@ -282,23 +283,47 @@ async def _agent_run(
                     st.run.timeline.append((loop.time() - t0, planner_.coverage(), busy))
                 tg.create_task(one(i, ev, stimulus), name=f"sim.event[{i}]")
         if agent.planner is not None:
-            st.run.planner = _planner_figures(agent, used, loop.time() - t0)
+            tree_hits = sum(r.tier == Tier.TREE.value for r in st.run.records)
+            st.run.planner = _planner_figures(agent, visited, tree_hits, loop.time() - t0)
 
 
-def _planner_figures(agent: Agent, used: set[tuple[str, Any]], total_s: float) -> dict[str, Any]:
-    """What the planner did over a replay, and how much of it was never used."""
+def _planner_figures(
+    agent: Agent, visited: set[str], tree_hits: int, total_s: float
+) -> dict[str, Any]:
+    """What the planner did over a replay, and how much of it was never used.
+
+    ``generated`` counts every branch the planner wrote (one planned twice, after an eviction,
+    counts twice); ``used`` the distinct branches that answered an event; ``waste`` is
+    never-used over generated. Never-used branches still in the tree are split by whether
+    their state came at all (``unused_state_visited``) or never did (``unused_state_never``:
+    a look-ahead that did not come true); ``evicted_unused`` left the tree unused.
+    """
     assert agent.planner is not None
     stats = agent.planner.stats.as_dict()
-    nodes = list(agent.tree.nodes())
+    tree = agent.tree
+    nodes = list(tree.nodes())
+    unused = [n for n in nodes if not tree.was_used(n.fingerprint, n.key)]
+    generated = stats["branches"]
+    never = max(generated - tree.used, 0)
+    busy = stats["busy_s"]
     return {
-        "branches": stats["branches"],
+        "branches": generated,
+        "generated": generated,
+        "used": tree.used,
+        "never_used": never,
+        "waste": never / generated if generated else 0.0,
+        "unused_state_visited": sum(n.fingerprint in visited for n in unused),
+        "unused_state_never": sum(n.fingerprint not in visited for n in unused),
+        "evicted_unused": tree.evicted_unused,
+        "below_cost": stats["below_cost"],
         "tokens": stats["tokens"],
         "errors": stats["errors"],
-        "busy_s": stats["busy_s"],
-        "idle_used": stats["busy_s"] / total_s if total_s > 0 else 0.0,
-        "waste": sum((n.fingerprint, n.key) not in used for n in nodes),
+        "busy_s": busy,
+        "idle_used": busy / total_s if total_s > 0 else 0.0,
+        "tree_answers_per_planner_s": tree_hits / busy if busy > 0 else None,
+        "used_branches_per_planner_s": tree.used / busy if busy > 0 else None,
         "tree_nodes": len(nodes),
-        "invalidations": len({n.fingerprint for n in nodes}) - 1,
+        "states_planned": len({n.fingerprint for n in nodes}),
         "cover_times_s": stats["cover_times_s"],
     }
 

@@ -75,6 +75,18 @@ def metrics(run: StrategyRun) -> dict[str, Any]:
         "tree_hit_rate": _share(len(tree), n),
         "tree_exact": sum(not r.approximate for r in tree),
         "tree_approximate": sum(r.approximate for r in tree),
+        "tree_near_event": sum(r.nearest == "event" for r in tree),
+        "tree_near_state": sum(r.nearest == "state" for r in tree),
+        "fidelity_by_detail": {
+            detail: (
+                _share(sum(ref.get(r.index) == r.action for r in rs), len(rs)) if ref else None
+            )
+            for detail, rs in (
+                ("tree_exact", [r for r in tree if not r.approximate]),
+                ("tree_near_event", [r for r in tree if r.nearest == "event"]),
+                ("tree_near_state", [r for r in tree if r.nearest == "state"]),
+            )
+        },
         "tree_selection_ms": {"p50": _pct(tree_cpu, 0.5), "p99": _pct(tree_cpu, 0.99)},
         "out_of_space": sum(r.out_of_space for r in recs),
         "by_type": by_type,
@@ -111,12 +123,22 @@ def table(scenario: Scenario, runs: Mapping[str, StrategyRun]) -> str:
             "tiers t/s/l/d",
             lambda m: "/".join(str(m["tiers"][t]) for t in ("tree", "score", "live", "default")),
         ),
-        ("tree hits exact/approx", lambda m: f"{m['tree_exact']}/{m['tree_approximate']}"),
+        (
+            "tree hits exact/near key/near state",
+            lambda m: f"{m['tree_exact']}/{m['tree_near_event']}/{m['tree_near_state']}",
+        ),
         ("tree selection p99 ms", lambda m: _fmt(m["tree_selection_ms"]["p99"], ".3f")),
         ("out of space", lambda m: str(m["out_of_space"])),
         ("planner branches", lambda m: str((m["planner"] or {}).get("branches", "-"))),
         ("planner idle used", lambda m: _fmt((m["planner"] or {}).get("idle_used"), ".2f")),
-        ("planner waste", lambda m: str((m["planner"] or {}).get("waste", "-"))),
+        (
+            "planner used/generated",
+            lambda m: (
+                f"{(m['planner'] or {}).get('used', '-')}/"
+                f"{(m['planner'] or {}).get('generated', '-')}"
+            ),
+        ),
+        ("planner waste", lambda m: _pc((m["planner"] or {}).get("waste"))),
         ("replay wall s", lambda m: _fmt(m["wall_s"], ".1f")),
     ]
     names = list(ms)

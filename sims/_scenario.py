@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from forethought.policies import (
     AgentSpec,
     ConfigError,
+    EventKey,
+    EventType,
     Grid,
     first_problem,
     load_document,
@@ -28,7 +30,15 @@ from forethought.policies import (
 
 from ._grading import Grader
 
-__all__ = ["SCENARIO_KEYS", "Generate", "Scenario", "TraceEvent", "load_scenario", "load_spec"]
+__all__ = [
+    "SCENARIO_KEYS",
+    "Drift",
+    "Generate",
+    "Scenario",
+    "TraceEvent",
+    "load_scenario",
+    "load_spec",
+]
 
 SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "perception_ms", "seed"})
 """Top-level keys of a scenario file that are not part of the agent spec."""
@@ -55,11 +65,57 @@ class TraceEvent(BaseModel):
         return f"{self.type}: {params}" if params else self.type
 
 
+class Drift(BaseModel):
+    """A state field the world changes on its own, every ``every`` events (a state patch).
+
+    Numeric: ``by`` is added each time; past ``min`` the value restarts at ``max`` (a battery
+    swapped), past ``max`` at ``min``. Categorical: the value moves to the next of ``values``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    field: str = Field(min_length=1)
+    every: int = Field(ge=1)
+    by: float | None = None
+    min: float | None = None
+    max: float | None = None
+    values: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Drift:
+        if (self.by is None) == (self.values is None):
+            raise ValueError("give `by` (a numeric field) or `values` (a categorical one)")
+        if self.values is not None and not self.values:
+            raise ValueError("values must not be empty")
+        return self
+
+    def advance(self, value: Any) -> Any:
+        """The field's next value."""
+        if self.values is not None:
+            i = self.values.index(value) if value in self.values else -1
+            return self.values[(i + 1) % len(self.values)]
+        assert self.by is not None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(  # noqa: TRY004 - reported as a ConfigError by the caller
+                f"drift of {self.field!r}: {value!r} is not a number"
+            )
+        nxt = round(float(value) + self.by, 6)
+        if self.min is not None and nxt < self.min and self.max is not None:
+            return self.max
+        if self.max is not None and nxt > self.max and self.min is not None:
+            return self.min
+        return nxt
+
+
 class Generate(BaseModel):
     """A seeded random trace appended after ``trace``.
 
     Arrivals are a Poisson stream (``mean_gap_ms``); with ``burst_size`` > 1 each arrival is a
-    burst of that many events ``burst_gap_ms`` apart (a crowd, a sensor storm).
+    burst of that many events ``burst_gap_ms`` apart (a crowd, a sensor storm). The stream's
+    own mix can differ from the spec's declared weights (``weights``, per type) and have
+    structure the weights cannot express (``follow``: after an event of type A the next is of
+    type B with the given probability); ``drift`` changes state fields every so many events.
+    A planner that only trusts the declared weights is wrong on such a stream until it learns.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -69,6 +125,19 @@ class Generate(BaseModel):
     mean_gap_ms: float = Field(gt=0)
     burst_size: int = Field(default=1, ge=1, le=1000)
     burst_gap_ms: float = Field(default=0.0, ge=0)
+    weights: dict[str, float] | None = None
+    follow: dict[str, dict[str, float]] = Field(default_factory=dict)
+    drift: list[Drift] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _probabilities(self) -> Generate:
+        for first, nexts in self.follow.items():
+            total = sum(nexts.values())
+            if any(p < 0 for p in nexts.values()) or total > 1 + 1e-9:
+                raise ValueError(f"follow.{first}: probabilities must be >= 0 and sum to <= 1")
+        if self.weights is not None and any(w < 0 for w in self.weights.values()):
+            raise ValueError("weights must be >= 0")
+        return self
 
 
 class Profile(BaseModel):
@@ -122,6 +191,23 @@ class Scenario(BaseModel):
         grader = ev.grader or self.graders.get(ev.type)
         return grader.grade(action, ev.params, state) if grader else None
 
+    def key_stream(self) -> list[tuple[EventKey | None, str]]:
+        """Each event's key and the state fingerprint it arrives in: a forecaster's test.
+
+        Patches and effects are applied in order, as an agent would.
+        """
+        space = self.spec.event_space()
+        state = self.spec.initial_state()
+        out: list[tuple[EventKey | None, str]] = []
+        for ev in self.events():
+            if ev.state:
+                state = state.patched(ev.state)
+            key = space.key(ev.type, ev.params)
+            out.append((key, state.fingerprint))
+            if key is not None:
+                state = state.after(space.types[key.type], key)
+        return out
+
     def events(self) -> list[TraceEvent]:
         """The trace plus the generated events, in time order."""
         out = list(self.trace)
@@ -135,15 +221,30 @@ class Scenario(BaseModel):
 def _generated(spec: AgentSpec, gen: Generate, start: float) -> list[TraceEvent]:
     rng = random.Random(gen.seed)
     types = spec.events
-    weights = [t.weight for t in types]
+    by_name = {t.type: t for t in types}
+    for name in [*(gen.weights or {}), *gen.follow, *(b for f in gen.follow.values() for b in f)]:
+        if name not in by_name:
+            raise ConfigError("generate", name, f"names no declared event type ({sorted(by_name)})")
+    own = gen.weights or {}
+    weights = [own.get(t.type, 0.0) if gen.weights is not None else t.weight for t in types]
+    current = {d.field: spec.state.get(d.field) for d in gen.drift}
     t = start
     out = []
+    previous: str | None = None
     for n in range(gen.count):
         if n % gen.burst_size == 0:
             t += rng.expovariate(1.0 / gen.mean_gap_ms)
         else:
             t += gen.burst_gap_ms
-        etype = rng.choices(types, weights)[0]
+        etype = _next_type(rng, types, weights, gen.follow.get(previous or ""), by_name)
+        previous = etype.type
+        patch: dict[str, Any] = {}
+        for d in gen.drift:
+            if n > 0 and n % d.every == 0:
+                try:
+                    current[d.field] = patch[d.field] = d.advance(current[d.field])
+                except ValueError as exc:
+                    raise ConfigError("generate.drift", d.field, str(exc)) from None
         params: dict[str, Any] = {}
         for name, domain in sorted(etype.params.items()):
             if isinstance(domain, Grid):
@@ -153,8 +254,26 @@ def _generated(spec: AgentSpec, gen: Generate, start: float) -> list[TraceEvent]
                 params[name] = round(min(max(value + jitter, domain.min), domain.max), 4)
             else:
                 params[name] = rng.choice(domain)
-        out.append(TraceEvent(at_ms=round(t, 3), type=etype.type, params=params))
+        out.append(
+            TraceEvent(at_ms=round(t, 3), type=etype.type, params=params, state=patch or None)
+        )
     return out
+
+
+def _next_type(
+    rng: random.Random,
+    types: list[EventType],
+    weights: list[float],
+    follow: dict[str, float] | None,
+    by_name: dict[str, EventType],
+) -> EventType:
+    if follow:
+        u = rng.random()
+        for name, p in follow.items():
+            if u < p:
+                return by_name[name]
+            u -= p
+    return rng.choices(types, weights)[0]
 
 
 def _graders(path: str | Path, data: dict[str, Any], spec: AgentSpec) -> dict[str, Grader]:

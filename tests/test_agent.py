@@ -62,7 +62,7 @@ async def test_lifecycle_decide_state_and_snapshot(
     tiny_backend: TransformersBackend, spec: AgentSpec, tmp_path: Path
 ) -> None:
     snap = tmp_path / "tree.json"
-    config = AgentConfig(snapshot=snap, planner=PlannerConfig(max_depth=1))
+    config = AgentConfig(snapshot=snap, planner=PlannerConfig(horizon=1))
     agent = Agent(spec, backend=tiny_backend, config=config)
     assert not agent.ready.is_set()
     async with agent:

@@ -58,7 +58,7 @@ def make_planner(backend: Any, schema: ActionSchema, **cfg: Any) -> tuple[Planne
         forecaster=Forecaster(space),
         description="You steer a warehouse robot.",
         state=WorldState({"zone": "aisle", "battery": 0.8}),
-        config=PlannerConfig(**{"batch_size": 2, "max_depth": 1, **cfg}),
+        config=PlannerConfig(**{"batch_size": 2, "horizon": 1, **cfg}),
     )
     planner_box.append(planner)
     return planner, tree
@@ -116,9 +116,7 @@ async def test_replans_after_a_state_change(
 async def test_plans_past_the_next_event_with_effects(
     running_tiny: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
-    planner, tree = make_planner(
-        running_tiny, robot_schema, max_depth=2, batch_size=8, min_value=0.0
-    )
+    planner, tree = make_planner(running_tiny, robot_schema, horizon=2, batch_size=8, min_value=0.0)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(planner.run(), name="forethought.planner")
         await run_until_asleep(planner)

@@ -1,0 +1,176 @@
+"""Look-ahead: how often each branch is expected to be needed within the next few events.
+
+The planner's question is not "what comes next in this state" but "which (state, event)
+answers will be asked for before the state moves on". Starting from the current state, a
+distribution over states is pushed forward one event at a time:
+
+* the next event comes from the forecaster (the previous key counts for the first step only);
+* an event whose type has ``effects`` moves the mass to the state it leaves behind;
+* between events the world may change on its own, as :class:`StateDrift` has learned.
+
+Summed over the horizon, ``uses[(fingerprint, key)]`` is the expected number of times the
+branch answers an event; ``1 - exp(-uses)`` is the chance it answers at least one (Poisson).
+Keys whose types depend on fewer state fields share a fingerprint across states, so their
+expected uses add up. States whose mass falls below ``min_mass`` are dropped: the work stays
+proportional to the states that matter, a few milliseconds on the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from forethought.policies import EventKey, EventSpace, WorldState
+
+from ._drift import StateDrift
+from ._forecaster import Forecaster
+
+__all__ = ["Expected", "look_ahead"]
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """A branch and how much it is expected to be needed within the horizon."""
+
+    state: WorldState
+    """The most likely concrete state to plan it in."""
+    fingerprint: str
+    key: EventKey
+    uses: float
+    """Expected number of events it answers within the horizon."""
+    next_fingerprint: str | None
+
+    @property
+    def p_used(self) -> float:
+        """Probability it answers at least one event within the horizon."""
+        return 1.0 - math.exp(-self.uses)
+
+
+class _Moves:
+    """Per state: where each effect-carrying key leads (grouped by target state)."""
+
+    def __init__(self, space: EventSpace, keys: list[EventKey]) -> None:
+        self._space = space
+        self._effect_idx = [i for i, k in enumerate(keys) if space.types[k.type].effects]
+        self._keys = keys
+        self._cache: dict[str, list[tuple[WorldState, np.ndarray]]] = {}
+        self._next: dict[tuple[str, int], str | None] = {}
+
+    def groups(self, state: WorldState) -> list[tuple[WorldState, np.ndarray]]:
+        ident = state.to_json()
+        hit = self._cache.get(ident)
+        if hit is not None:
+            return hit
+        by_target: dict[str, tuple[WorldState, list[int]]] = {}
+        for i in self._effect_idx:
+            key = self._keys[i]
+            after = state.after(self._space.types[key.type], key)
+            if after == state:
+                self._next[ident, i] = None
+                continue
+            self._next[ident, i] = after.fingerprint
+            target = after.to_json()
+            if target not in by_target:
+                by_target[target] = (after, [])
+            by_target[target][1].append(i)
+        out = [(s, np.asarray(idx, dtype=np.intp)) for s, idx in by_target.values()]
+        self._cache[ident] = out
+        return out
+
+    def next_fingerprint(self, state: WorldState, i: int) -> str | None:
+        self.groups(state)
+        return self._next.get((state.to_json(), i))
+
+
+_States = dict[str, tuple[WorldState, float]]
+
+
+def _add(into: _States, s: WorldState, m: float) -> None:
+    ident = s.to_json()
+    old = into.get(ident)
+    into[ident] = (s, m + (old[1] if old else 0.0))
+
+
+class _Walk:
+    """One look-ahead: the state distribution pushed forward, expected uses accumulated."""
+
+    def __init__(self, forecaster: Forecaster, space: EventSpace, drift: StateDrift | None) -> None:
+        self.forecaster = forecaster
+        self.moves = _Moves(space, forecaster.keys)
+        self.drift = drift
+        self.dists: dict[str, np.ndarray] = {}
+        self.drifts: dict[str, list[tuple[WorldState, float]]] = {}
+        self.acc: dict[str, tuple[WorldState, np.ndarray]] = {}
+
+    def dist(self, s: WorldState, first: bool) -> np.ndarray:
+        if first:  # the previous key is known for the very next event only
+            return self.forecaster.distribution(s.fingerprint)
+        p = self.dists.get(s.fingerprint)
+        if p is None:
+            p = self.forecaster.distribution(s.fingerprint, use_previous=False)
+            self.dists[s.fingerprint] = p
+        return p
+
+    def step(self, states: _States, first: bool) -> _States:
+        nxt: _States = {}
+        for ident, (s, m) in states.items():
+            p = self.dist(s, first)
+            seen = self.acc.get(ident)
+            self.acc[ident] = (s, m * p + (seen[1] if seen is not None else 0.0))
+            stay = m
+            for after, idx in self.moves.groups(s):
+                moved = m * float(p[idx].sum())
+                _add(nxt, after, moved)
+                stay -= moved
+            if self.drift is not None:
+                options = self.drifts.get(ident)
+                if options is None:
+                    options = self.drifts[ident] = self.drift.moves(s)
+                base = stay
+                for after, q in options:
+                    _add(nxt, after, base * q)
+                    stay -= base * q
+            _add(nxt, s, max(stay, 0.0))
+        return nxt
+
+    def branches(self, min_uses: float) -> list[Expected]:
+        keys = self.forecaster.keys
+        best: dict[tuple[str, EventKey], tuple[float, float, WorldState, int]] = {}
+        for s, uses in self.acc.values():
+            for i in np.flatnonzero(uses >= min_uses):
+                key = keys[i]
+                u = float(uses[i])
+                ident = (s.fingerprint_for(key.type), key)
+                old = best.get(ident)
+                if old is None or u > old[1]:
+                    # the concrete state where it is most needed represents the branch
+                    best[ident] = (u + (old[0] if old else 0.0), u, s, int(i))
+                else:
+                    best[ident] = (old[0] + u, *old[1:])
+        out = [
+            Expected(rep, fp, key, total, self.moves.next_fingerprint(rep, i))
+            for (fp, key), (total, _, rep, i) in best.items()
+        ]
+        out.sort(key=lambda e: -e.uses)
+        return out
+
+
+def look_ahead(
+    start: WorldState,
+    *,
+    forecaster: Forecaster,
+    space: EventSpace,
+    drift: StateDrift | None,
+    horizon: int,
+    min_mass: float = 1e-3,
+    min_uses: float = 1e-4,
+) -> list[Expected]:
+    """Every branch expected to be needed within ``horizon`` events, most needed first."""
+    walk = _Walk(forecaster, space, drift)
+    states: _States = {start.to_json(): (start, 1.0)}
+    for step in range(horizon):
+        nxt = walk.step(states, first=step == 0)
+        states = {k: v for k, v in nxt.items() if v[1] >= min_mass}
+    return walk.branches(min_uses)

@@ -1,0 +1,496 @@
+"""Planner coverage (issue 10): state abstraction, look-ahead with learned drift, a forecaster
+that learns the stream, the value-vs-cost rule and the waste figures."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from forethought.planner import (
+    Forecaster,
+    ModelGate,
+    Planner,
+    PlannerConfig,
+    ScriptedBackend,
+    TransformersBackend,
+    calibration,
+    markov_bound,
+    state_context,
+)
+from forethought.planner._drift import StateDrift
+from forethought.planner._lookahead import look_ahead
+from forethought.policies import (
+    ActionSchema,
+    AgentSpec,
+    ConfigError,
+    EventKey,
+    EventSpace,
+    Grid,
+    PolicyNode,
+    PolicyTree,
+    StateAbstraction,
+    WorldState,
+)
+from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig
+from forethought.sims import load_scenario, shipped_scenarios
+
+EVENTS: list[dict[str, Any]] = [
+    {
+        "type": "obstacle",
+        "params": {"side": ["left", "right"]},
+        "deadline_ms": 300,
+        "weight": 3,
+        "state_fields": ["zone"],
+    },
+    {"type": "task", "params": {"to": ["a", "b"]}, "deadline_ms": 300, "weight": 1},
+    {"type": "estop", "deadline_ms": 100, "weight": 0.5, "state_fields": []},
+]
+GRIDS = {"battery": Grid(min=0, max=1, step=0.1)}
+
+
+def abstraction(tolerance: float | None = 0.1) -> StateAbstraction:
+    return StateAbstraction(
+        fields=["zone", "battery"],
+        by_type={e["type"]: e.get("state_fields") for e in EVENTS},
+        grids=GRIDS,
+        tolerance={"battery": tolerance} if tolerance else None,
+    )
+
+
+def spec_data(**extra: Any) -> dict[str, Any]:
+    return {
+        "name": "amr",
+        "description": "You drive a robot.",
+        "action": {
+            "type": "object",
+            "properties": {"action": {"enum": ["stop", "go", "dock"]}},
+            "required": ["action"],
+        },
+        "default_action": {"action": "stop"},
+        "state": {"zone": "aisle", "battery": 0.83, "load": "empty"},
+        "state_fields": ["zone", "battery"],
+        "state_grids": {"battery": {"min": 0, "max": 1, "step": 0.1}},
+        "state_tolerance": {"battery": 0.1},
+        "events": EVENTS,
+        **extra,
+    }
+
+
+# -- state abstraction ---------------------------------------------------------------------------
+
+
+def test_a_type_is_keyed_only_by_the_fields_it_depends_on() -> None:
+    s = WorldState({"zone": "aisle", "battery": 0.83, "load": "x"}, abstraction=abstraction())
+    drained = s.patched({"battery": 0.41})
+    moved = s.patched({"zone": "dock"})
+    # obstacle depends on the zone only: the battery does not change its branches
+    assert drained.fingerprint_for("obstacle") == s.fingerprint_for("obstacle")
+    assert moved.fingerprint_for("obstacle") != s.fingerprint_for("obstacle")
+    # task depends on zone and battery (the spec's state_fields), never on load
+    assert drained.fingerprint_for("task") != s.fingerprint_for("task")
+    assert s.patched({"load": "pallet"}).fingerprint_for("task") == s.fingerprint_for("task")
+    # estop depends on nothing
+    assert moved.fingerprint_for("estop") == drained.fingerprint_for("estop")
+
+
+def test_numeric_state_snaps_to_its_grid_and_outside_values_stay_distinct() -> None:
+    a = abstraction()
+    assert a.view({"zone": "z", "battery": 0.83}, "task") == {"zone": "z", "battery": 0.8}
+    assert a.fingerprint({"zone": "z", "battery": 0.83}, "task") == a.fingerprint(
+        {"zone": "z", "battery": 0.78}, "task"
+    )
+    assert a.fingerprint({"zone": "z", "battery": 0.83}, "task") != a.fingerprint(
+        {"zone": "z", "battery": 0.74}, "task"
+    )
+    # out of the grid, or not a number: kept as it is, so never confused with a grid value
+    assert a.view({"battery": 7}, "task")["battery"] == 7
+    assert a.view({"battery": True}, "task")["battery"] is True
+
+
+def test_no_declarations_keep_the_old_fingerprint() -> None:
+    data = {"zone": "aisle", "battery": 0.83}
+    plain = WorldState(data)
+    fields = WorldState(data, fields=["zone"])
+    assert plain.fingerprint_for("anything") == plain.fingerprint
+    assert (
+        fields.fingerprint
+        == WorldState({"zone": "aisle", "battery": 0.1}, fields=["zone"]).fingerprint
+    )
+    assert list(plain.near("anything")) == []
+
+
+def test_near_states_are_one_grid_step_within_tolerance_nearest_first() -> None:
+    s = WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction(0.2))
+    near = list(s.near("task"))
+    expected = {
+        WorldState({"zone": "aisle", "battery": b}, abstraction=abstraction(0.2)).fingerprint_for(
+            "task"
+        ): d
+        for b, d in ((0.4, 0.5), (0.6, 0.5), (0.3, 1.0), (0.7, 1.0))
+    }
+    assert dict(near) == pytest.approx(expected)
+    assert [d for _, d in near] == sorted(d for _, d in near)
+    assert list(s.near("obstacle")) == []  # obstacle does not depend on the battery
+
+
+def test_spec_validates_state_tolerance_and_builds_the_abstraction() -> None:
+    spec = AgentSpec.from_data(spec_data())
+    state = spec.initial_state()
+    assert state.fingerprint_for("task") == state.patched({"battery": 0.79}).fingerprint_for("task")
+    bad = spec_data(state_tolerance={"zone": 1})
+    with pytest.raises(ConfigError, match=r"state_tolerance\.zone"):
+        AgentSpec.from_data(bad)
+
+
+async def test_executor_borrows_from_a_neighbouring_state_and_says_so() -> None:
+    spec = AgentSpec.from_data(spec_data())
+    config = AgentConfig.defaults(planner=PlannerConfig(enabled=False))
+    agent = Agent(spec, backend=ScriptedBackend(), config=config)
+    async with agent:
+        state = agent.state  # battery 0.83 -> cell 0.8
+        key = EventKey("task", (("to", "a"),))
+        neighbour = state.patched({"battery": 0.7}).fingerprint_for("task")
+        agent.tree.insert(PolicyNode(neighbour, key, {"action": "dock"}, "", 0.5, "m", 1, 0, 0))
+        loop = asyncio.get_running_loop()
+        d = await agent.decide(Event("1", "task", {"to": "a"}, arrived_at=loop.time()))
+        assert (d.tier.value, d.action, d.approximate, d.nearest) == (
+            "tree",
+            {"action": "dock"},
+            True,
+            "state",
+        )
+        assert agent.executor is not None
+        assert agent.executor.stats.near_state == 1
+    strict = AgentConfig.defaults(
+        planner=PlannerConfig(enabled=False),
+        executor=ExecutorConfig(near_states=False, use_score=False, use_live=False),
+    )
+    agent = Agent(spec, backend=ScriptedBackend(), config=strict)
+    async with agent:
+        fp = agent.state.patched({"battery": 0.7}).fingerprint_for("task")
+        agent.tree.insert(PolicyNode(fp, key, {"action": "dock"}, "", 0.5, "m", 1, 0, 0))
+        loop = asyncio.get_running_loop()
+        d = await agent.decide(Event("1", "task", {"to": "a"}, arrived_at=loop.time()))
+        assert (d.tier.value, d.nearest) == ("default", None)
+
+
+# -- drift and look-ahead ------------------------------------------------------------------------
+
+
+def test_drift_learns_grid_steps_and_value_transitions() -> None:
+    a = abstraction()
+    s = WorldState({"zone": "aisle", "battery": 0.9}, abstraction=a)
+    drift = StateDrift(a, prior_events=0)
+    assert drift.moves(s) == []  # nothing seen, nothing predicted
+    b = s
+    for i in range(20):
+        drift.observe_event()
+        if i % 10 == 9:  # the battery drops a cell every 10 events
+            nb = b.patched({"battery": round(b.get("battery") - 0.1, 2)})
+            drift.observe_change(b, nb)
+            b = nb
+    drift.observe_change(b, b.patched({"battery": b.get("battery") - 0.04}))  # within a cell
+    drift.observe_change(s, s.patched({"zone": "dock"}))
+    moves = {
+        m.to_json(): p
+        for m, p in drift.moves(WorldState({"zone": "aisle", "battery": 0.42}, abstraction=a))
+    }
+    assert moves == pytest.approx(
+        {
+            WorldState({"zone": "aisle", "battery": 0.3}).to_json(): 2 / 20,
+            WorldState({"zone": "dock", "battery": 0.42}).to_json(): 1 / 20,
+        }
+    )
+
+
+def test_look_ahead_values_the_next_battery_cell_before_it_comes() -> None:
+    a = abstraction()
+    space = EventSpace.from_specs(EVENTS)
+    f = Forecaster(space)
+    start = WorldState({"zone": "aisle", "battery": 0.5}, abstraction=a)
+    drift = StateDrift(a)
+    prev = start
+    for _ in range(3):  # seen: the battery drops one cell every 5 events
+        for _ in range(5):
+            drift.observe_event()
+        nxt = prev.patched({"battery": round(prev.get("battery") - 0.1, 2)})
+        drift.observe_change(prev, nxt)
+        prev = nxt
+    task_a = EventKey("task", (("to", "a"),))
+    lower = start.patched({"battery": 0.4}).fingerprint_for("task")
+    without = look_ahead(start, forecaster=f, space=space, drift=None, horizon=8)
+    with_drift = look_ahead(start, forecaster=f, space=space, drift=drift, horizon=8)
+    assert not any(e.fingerprint == lower for e in without)
+    ahead = next(e for e in with_drift if e.fingerprint == lower and e.key == task_a)
+    here = next(
+        e for e in with_drift if e.fingerprint == start.fingerprint_for("task") and e.key == task_a
+    )
+    assert 0.05 < ahead.p_used < here.p_used
+    # obstacle ignores the battery: its branch is one, and its uses add up across cells
+    obstacle = [e for e in with_drift if e.key.type == "obstacle" and e.key.params[0][1] == "left"]
+    assert len(obstacle) == 1
+    assert obstacle[0].uses == pytest.approx(
+        8 * f.distribution(start.fingerprint)[0], rel=1e-3
+    )  # (states below 1e-3 mass are pruned)
+
+
+async def test_planner_plans_the_next_state_on_the_tiny_model(
+    running_tiny: TransformersBackend, robot_schema: ActionSchema
+) -> None:
+    space = EventSpace.from_specs(EVENTS)
+    a = abstraction(tolerance=None)
+    start = WorldState({"zone": "aisle", "battery": 0.55}, abstraction=a)
+    tree = PolicyTree(max_nodes=500)
+    planner = Planner(
+        backend=running_tiny,
+        gate=ModelGate(),
+        space=space,
+        schema=robot_schema,
+        tree=tree,
+        forecaster=Forecaster(space),
+        description="You steer a warehouse robot.",
+        state=start,
+        config=PlannerConfig(batch_size=4, horizon=12, cost_weight=0.0, min_value=0.02),
+    )
+    # the world changes from outside: the battery dropped a cell, twice, over 10 events
+    state = start
+    for _ in range(2):
+        for _ in range(5):
+            planner.observe(None)
+        nxt = state.patched({"battery": round(state.get("battery") - 0.1, 2)})
+        planner.set_state(nxt, external=True)
+        state = nxt
+    run = asyncio.create_task(planner.run())
+    try:
+        await asyncio.wait_for(planner.wait_idle(), 120)
+    finally:
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    lower = state.patched({"battery": round(state.get("battery") - 0.1, 2)})
+    planned = {(n.fingerprint, n.key) for n in tree.nodes()}
+    for to in ("a", "b"):  # ready before the battery gets there
+        assert (lower.fingerprint_for("task"), EventKey("task", (("to", to),))) in planned
+
+
+# -- the forecaster learns the stream ------------------------------------------------------------
+
+
+def markov_stream(space: EventSpace, n: int, seed: int) -> tuple[np.ndarray, list[int]]:
+    """Types follow a sticky chain unlike the declared weights; params uniform."""
+    rng = np.random.default_rng(seed)
+    keys = space.keys()
+    types = list(space.types)
+    t = len(types)
+    trans_t = np.full((t, t), 0.1 / (t - 1))
+    np.fill_diagonal(trans_t, 0.9)
+    per = {ty: [i for i, k in enumerate(keys) if k.type == ty] for ty in types}
+    trans = np.zeros((len(keys), len(keys)))
+    for i, k in enumerate(keys):
+        for j, ty in enumerate(types):
+            trans[i, per[ty]] = trans_t[types.index(k.type), j] / len(per[ty])
+    seq = [0]
+    for _ in range(n - 1):
+        seq.append(int(rng.choice(len(keys), p=trans[seq[-1]])))
+    return trans, seq
+
+
+def test_posterior_beats_the_priors_within_tens_of_events() -> None:
+    space = EventSpace.from_specs(EVENTS)
+    trans, seq = markov_stream(space, 400, seed=3)
+    keys = space.keys()
+    stream = [(keys[i], "s") for i in seq]
+    learned = calibration(lambda: Forecaster(space), stream, skip=40)
+    prior = calibration(lambda: Forecaster(space), stream, learn=False, skip=40)
+    best = markov_bound(trans, seq, skip=40)
+    assert learned.log_loss < prior.log_loss - 0.3
+    assert best.log_loss <= learned.log_loss < best.log_loss + 0.15
+    assert best.brier <= learned.brier < prior.brier
+    early = calibration(lambda: Forecaster(space), stream[:60], skip=30)
+    early_prior = calibration(lambda: Forecaster(space), stream[:60], learn=False, skip=30)
+    assert early.log_loss < early_prior.log_loss  # within tens of events
+
+
+def test_calibration_scores_known_distributions() -> None:
+    space = EventSpace.from_specs(
+        [{"type": "a", "deadline_ms": 1}, {"type": "b", "deadline_ms": 1}]
+    )
+    stream = [(EventKey("a"), "s"), (EventKey("b"), "s")]
+    c = calibration(lambda: Forecaster(space), stream, learn=False)
+    assert c.log_loss == pytest.approx(math.log(2))
+    assert c.brier == pytest.approx(0.5)  # (0.5)^2 + (0.5)^2 per event
+
+
+# -- value against cost --------------------------------------------------------------------------
+
+
+async def test_branches_below_their_cost_are_not_planned() -> None:
+    space = EventSpace.from_specs(EVENTS)
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    async with ScriptedBackend(step_s=0.05, prefill_per_token_s=0.002) as backend:
+
+        def planner(weight: float) -> Planner:
+            return Planner(
+                backend=backend,
+                gate=ModelGate(),
+                space=space,
+                schema=schema,
+                tree=PolicyTree(),
+                forecaster=Forecaster(space),
+                description="d",
+                state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
+                config=PlannerConfig(horizon=1, cost_weight=weight),
+            )
+
+        free, costly = planner(0.0), planner(1.0)
+        assert costly.branch_cost() == 0.0  # the event rate is not known yet: plan freely
+        for p in (free, costly):
+            p.observe(None)
+        await asyncio.sleep(0.2)  # two events 0.2 s apart: now the planner knows the rate
+        for p in (free, costly):
+            p.observe(None)
+        assert costly.branch_cost() > 0.1
+        assert free.branch_cost() == 0.0
+        kept = {(b.key, round(b.value, 9)) for b in costly.candidates()}
+        assert kept < {(b.key, round(b.value, 9)) for b in free.candidates()}
+        assert all(v >= costly.branch_cost() for _, v in kept)
+        assert costly.stats.below_cost > 0
+
+
+# -- the generator and the large scenario --------------------------------------------------------
+
+
+def test_large_scenario_is_large_drifts_and_bursts() -> None:
+    path = next(p for p in shipped_scenarios() if p.stem == "amr-night-shift")
+    sc = load_scenario(path)
+    assert len(sc.spec.event_space()) >= 50
+    events = sc.events()
+    patches = [i for i, e in enumerate(events) if e.state and "battery" in e.state]
+    assert len(patches) > 10
+    assert all(b - a == 10 for a, b in itertools.pairwise(patches))
+    gaps = np.diff([e.at_ms for e in events])
+    assert np.sum(gaps == 150) >= len(events) // 2 - 1  # bursts of two, 150 ms apart
+    # deterministic: the same file gives the same trace
+    assert [e.model_dump() for e in load_scenario(path).events()] == [
+        e.model_dump() for e in events
+    ]
+
+
+def test_generator_follow_and_bad_names(tmp_path: Path) -> None:
+    data = spec_data()
+    data["generate"] = {
+        "seed": 1,
+        "count": 400,
+        "mean_gap_ms": 100,
+        "weights": {"obstacle": 1, "task": 1},
+        "follow": {"obstacle": {"estop": 1.0}},
+    }
+    path = tmp_path / "s.json"
+    path.write_bytes(orjson.dumps(data))
+    events = load_scenario(path).events()
+    assert all(b.type == "estop" for a, b in itertools.pairwise(events) if a.type == "obstacle")
+    assert {e.type for e in events} == {"obstacle", "task", "estop"}
+    data["generate"]["follow"] = {"obstacle": {"nope": 0.5}}
+    path.write_bytes(orjson.dumps(data))
+    with pytest.raises(ConfigError, match="nope"):
+        load_scenario(path).events()
+
+
+# -- scoring-based planning ----------------------------------------------------------------------
+
+CHOICE = {
+    "type": "object",
+    "properties": {"action": {"enum": ["stop", "go", "dock"]}, "lights": {"type": "boolean"}},
+    "required": ["action", "lights"],
+}
+
+
+async def test_planner_writes_branches_by_scoring_on_the_tiny_model(
+    running_tiny: TransformersBackend,
+) -> None:
+    schema = ActionSchema.from_json_schema(CHOICE)
+    await running_tiny.prepare(schema)
+    cands = schema.enumerate(16)
+    assert cands is not None
+    assert len(cands) == 6
+    space = EventSpace.from_specs(EVENTS)
+    tree = PolicyTree()
+    planner = Planner(
+        backend=running_tiny,
+        gate=ModelGate(),
+        space=space,
+        schema=schema,
+        tree=tree,
+        forecaster=Forecaster(space),
+        description="You steer a warehouse robot.",
+        state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
+        config=PlannerConfig(method="score", horizon=1, min_value=0.05, cost_weight=0.0),
+        candidates=cands,
+    )
+    assert planner.method() == "score"
+    run = asyncio.create_task(planner.run())
+    try:
+        await asyncio.wait_for(planner.wait_idle(), 120)
+    finally:
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    nodes = list(tree.nodes())
+    readable = [schema.readable(c) for c in cands]
+    assert len(nodes) == planner.stats.scored == planner.stats.branches > 0
+    assert all(n.action in readable and n.tokens == 0 for n in nodes)
+    # what scoring chose is the candidate the backend ranks first for that event
+    n = nodes[0]
+    context = state_context("You steer a warehouse robot.", planner.state.to_json())
+    scores = await running_tiny.score(context, n.key.describe(), cands, schema, deadline=math.inf)
+    assert scores.best is not None
+    assert readable[scores.best] == n.action
+
+
+async def test_auto_picks_the_cheaper_way_per_device() -> None:
+    schema = ActionSchema.from_json_schema(CHOICE)
+    cands = schema.enumerate(16)
+    space = EventSpace.from_specs(EVENTS)
+
+    def planner(backend: ScriptedBackend) -> Planner:
+        return Planner(
+            backend=backend,
+            gate=ModelGate(),
+            space=space,
+            schema=schema,
+            tree=PolicyTree(),
+            forecaster=Forecaster(space),
+            description="d",
+            state=WorldState({}),
+            candidates=cands,
+        )
+
+    # a slow step and a fast prefill (a GPU): scoring one pass beats decoding steps
+    async with ScriptedBackend(step_s=0.05, prefill_s=0.001, prefill_per_token_s=1e-5) as gpu:
+        p = planner(gpu)
+        costs = p.seconds_per_branch()
+        assert costs["score"] < costs["generate"]
+        assert p.method() == "score"
+    # a slow prefill per token (a small CPU): batched generation wins
+    async with ScriptedBackend(step_s=0.001, prefill_s=0.001, prefill_per_token_s=0.01) as cpu:
+        p = planner(cpu)
+        assert p.method() == "generate"
+    with pytest.raises(ConfigError, match=r"planner\.method"):
+        Planner(
+            backend=gpu,
+            gate=ModelGate(),
+            space=space,
+            schema=schema,
+            tree=PolicyTree(),
+            forecaster=Forecaster(space),
+            description="d",
+            state=WorldState({}),
+            config=PlannerConfig(method="score"),
+        )
