@@ -16,12 +16,13 @@ import itertools
 import keyword
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Annotated, Any, Literal, Union, cast
+from typing import Any, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ._errors import InvalidAction, SchemaError
+from ._validator import ActionValidator
 
 __all__ = ["ActionForm", "ActionSchema"]
 
@@ -86,113 +87,163 @@ def derive_aliases(
     return out
 
 
-def _inline_refs(schema: Any, defs: Mapping[str, Any], path: str, depth: int = 0) -> Any:
-    if depth > 32:
-        raise SchemaError(path, "$ref", "recursive schemas are not supported")
+def _pointer(root: Any, ref: str) -> Any:
+    """The subschema a local JSON pointer (``#/a/b``) names, or None."""
+    node = root
+    for raw in ref[2:].split("/") if ref != "#" else []:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _inline_refs(schema: Any, root: Any, seen: tuple[str, ...] = ()) -> Any:
+    """``schema`` with local ``$ref`` pointers replaced by what they name, for the grammar.
+
+    What cannot be inlined -- a recursive reference, an anchor -- becomes ``{}`` (anything):
+    the grammar is relaxed there and the validator of record enforces the schema.
+    """
     if isinstance(schema, dict):
-        if "$ref" in schema:
-            ref = str(schema["$ref"])
-            name = ref.rsplit("/", 1)[-1]
-            if not ref.startswith("#/") or name not in defs:
-                raise SchemaError(
-                    f"{path}.$ref", ref, "only local #/$defs references are supported"
-                )
-            merged = {**defs[name], **{k: v for k, v in schema.items() if k != "$ref"}}
-            return _inline_refs(merged, defs, path, depth + 1)
-        return {
-            k: _inline_refs(v, defs, f"{path}.{k}", depth)
-            for k, v in schema.items()
-            if k not in ("$defs", "definitions")
-        }
+        out = {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
+        ref = out.pop("$ref", None)
+        body = {k: _inline_refs(v, root, seen) for k, v in out.items()}
+        if ref is None:
+            return body
+        target = _pointer(root, ref) if str(ref).startswith("#/") or ref == "#" else None
+        if target is None or ref in seen or isinstance(target, bool):
+            return body  # relaxed: the validator checks the reference
+        resolved = _inline_refs(target, root, (*seen, ref))
+        return {**resolved, **body} if isinstance(resolved, dict) else body
     if isinstance(schema, list):
-        return [_inline_refs(v, defs, f"{path}[{i}]", depth) for i, v in enumerate(schema)]
+        return [_inline_refs(v, root, seen) for v in schema]
     return schema
 
 
-def _python_type(schema: Mapping[str, Any], path: str, node: _Node, name: str) -> Any:
-    """The Python annotation that validates ``schema`` strictly (built for JSON-Schema input)."""
-    if "const" in schema:
-        return Literal[schema["const"]]
-    if "enum" in schema:
-        values = tuple(schema["enum"])
-        if not values:
-            raise SchemaError(f"{path}.enum", values, "an enum needs at least one value")
-        return Literal[values]
-    if "anyOf" in schema or "oneOf" in schema:
-        options = schema.get("anyOf") or schema.get("oneOf") or []
-        types = [_python_type(o, f"{path}.anyOf[{i}]", node, name) for i, o in enumerate(options)]
-        return Union[tuple(types)]  # noqa: UP007 - built at run time from a tuple
-    kind = schema.get("type")
-    if kind == "object":
-        child = _Node()
-        node.children[name] = child
-        return _build_model(schema, path, child, model_name=name.title().replace("_", ""))
-    if kind in ("number", "integer"):
-        base: type = int if kind == "integer" else float
-        constraints = {
-            "ge": schema.get("minimum"),
-            "le": schema.get("maximum"),
-            "gt": schema.get("exclusiveMinimum"),
-            "lt": schema.get("exclusiveMaximum"),
-        }
-        return Annotated[base, Field(**{k: v for k, v in constraints.items() if v is not None})]
-    if kind == "string":
-        return Annotated[
-            str,
-            Field(
-                min_length=schema.get("minLength"),
-                max_length=schema.get("maxLength"),
-                pattern=schema.get("pattern"),
-            ),
-        ]
-    if kind == "boolean":
-        return bool
-    if kind == "null":
-        return type(None)
-    if kind == "array":
-        item = _python_type(schema.get("items", {}), f"{path}.items", node, name)
-        return Annotated[
-            list[item],  # type: ignore[valid-type]
-            Field(min_length=schema.get("minItems"), max_length=schema.get("maxItems")),
-        ]
-    raise SchemaError(path, schema, "unsupported construct (use enum, const, anyOf, or a type)")
+def _is_object(schema: Any) -> bool:
+    """A closed object level: its keys get compact aliases.
+
+    An open object (extra properties allowed) keeps its keys as they are: an extra key could
+    collide with an alias, and an alias must never change what validates.
+    """
+    return isinstance(schema, Mapping) and (
+        schema.get("type") == "object"
+        and isinstance(schema.get("properties"), Mapping)
+        and schema.get("additionalProperties") is False
+    )
 
 
-def _build_model(
-    schema: Mapping[str, Any], path: str, node: _Node, model_name: str
-) -> type[BaseModel]:
-    if schema.get("type") != "object":
-        raise SchemaError(f"{path}.type", schema.get("type"), "an action must be a JSON object")
+def _nodes(schema: Mapping[str, Any], path: str, node: _Node) -> list[str]:
+    """Fill ``node`` (aliases, nested object levels) for an object schema; returns required."""
     props = schema.get("properties")
     if not isinstance(props, Mapping) or not props:
         raise SchemaError(f"{path}.properties", props, "an action object needs properties")
-    required = set(schema.get("required", []))
-    unknown = required - set(props)
+    required = list(schema.get("required", []))
+    unknown = sorted(set(required) - set(props))
     if unknown:
-        raise SchemaError(f"{path}.required", sorted(unknown), "names no declared property")
-    declared = {k: str(v["x-compact"]) for k, v in props.items() if "x-compact" in v}
+        # JSON Schema allows it, but the action could never be written: we emit declared
+        # properties only.
+        raise SchemaError(f"{path}.required", unknown, "names no declared property")
+    declared = {
+        k: str(v["x-compact"])
+        for k, v in props.items()
+        if isinstance(v, Mapping) and "x-compact" in v
+    }
     aliases = derive_aliases(list(props), declared)
-    fields: dict[str, Any] = {}
     for name, sub in props.items():
-        if not isinstance(sub, Mapping):
-            raise SchemaError(
-                f"{path}.properties.{name}", sub, "a property must be a schema object"
-            )
-        annotation = _python_type(sub, f"{path}.properties.{name}", node, name)
-        ident = (
-            name if name.isidentifier() and not keyword.iskeyword(name) else f"field_{len(fields)}"
-        )
-        if ident.startswith("_") or ident in dir(BaseModel):
-            ident = f"field_{len(fields)}"
-        default = ... if name in required else None
-        if name not in required:
-            annotation = annotation | None
-        fields[ident] = (annotation, Field(default, alias=name))
         node.input_keys[name] = name
         node.to_compact[name] = aliases[name]
         node.to_readable[aliases[name]] = name
-    config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
-    return create_model(model_name, __config__=config, **fields)
+        if _is_object(sub):
+            child = _Node()
+            _nodes(sub, f"{path}.properties.{name}", child)
+            node.children[name] = child
+    return required
+
+
+def _container_model(
+    schema: Mapping[str, Any], path: str, node: _Node, name: str
+) -> type[BaseModel]:
+    """A pydantic container for a JSON-Schema action: named fields, any values.
+
+    It carries the action through the runtime; what is valid is decided by the validator of
+    record (:class:`ActionValidator`), not by pydantic, whose types differ from JSON Schema's
+    (``True == 1``, ``1.0`` is not an ``int``, no ``multipleOf``...).
+    """
+    if schema.get("type") != "object":
+        raise SchemaError(f"{path}.type", schema.get("type"), "an action must be a JSON object")
+    required = set(_nodes(schema, path, node))
+    fields: dict[str, Any] = {}
+    for prop in schema["properties"]:
+        ident = (
+            prop if prop.isidentifier() and not keyword.iskeyword(prop) else f"field_{len(fields)}"
+        )
+        if ident.startswith("_") or ident in dir(BaseModel):
+            ident = f"field_{len(fields)}"
+        default = ... if prop in required else None
+        fields[ident] = (Any, Field(default, alias=prop))
+    config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    return create_model(name, __config__=config, **fields)
+
+
+_GRAMMAR_KEYS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "enum",
+        "const",
+        "anyOf",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+    }
+)
+
+
+def _grammar_schema(schema: Any) -> Any:
+    """The part of a (compact) schema grammar engines enforce; the validator checks the rest.
+
+    ``oneOf`` becomes ``anyOf`` (exactly-one is checked afterwards), a type list becomes an
+    ``anyOf`` of its types, boolean schemas become ``{}``, and keywords outside
+    :data:`_GRAMMAR_KEYS` (``not``, ``if``/``then``/``else``, ``multipleOf``, ``uniqueItems``,
+    ``allOf``, ``min/maxProperties``, ``dependentRequired``, ``format``...) are dropped.
+    """
+    if isinstance(schema, bool):
+        return {}
+    if isinstance(schema, list):
+        return [_grammar_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: _JSON = {}
+    for key, value in schema.items():
+        if key == "oneOf":
+            out["anyOf"] = _grammar_schema(value)
+        elif key == "properties":
+            out[key] = {k: _grammar_schema(v) for k, v in value.items()}
+        elif key in ("anyOf", "prefixItems") or (
+            key in ("items", "additionalProperties") and not isinstance(value, bool)
+        ):
+            out[key] = _grammar_schema(value)
+        elif key in _GRAMMAR_KEYS:
+            out[key] = value
+    kinds = out.get("type")
+    if isinstance(kinds, list):
+        rest = {k: v for k, v in out.items() if k != "type"}
+        out = {"anyOf": [{**rest, "type": k} for k in kinds]}
+    return out
 
 
 def _compact_schema(schema: Any, node: _Node | None) -> Any:
@@ -256,28 +307,61 @@ class ActionSchema:
     derived: the first letter, the initials, then longer prefixes, unique per object.
     """
 
-    __slots__ = ("_compact", "_fingerprint", "_model", "_node", "_readable", "_strict")
+    __slots__ = (
+        "_compact",
+        "_fingerprint",
+        "_model",
+        "_node",
+        "_original",
+        "_readable",
+        "_strict",
+        "_validator",
+    )
 
     def __init__(
-        self, *, model: type[BaseModel], readable_schema: _JSON, node: _Node, strict: bool
+        self,
+        *,
+        model: type[BaseModel],
+        readable_schema: _JSON,
+        node: _Node,
+        strict: bool,
+        validator: ActionValidator | None = None,
+        original: _JSON | None = None,
     ) -> None:
         self._model = model
         self._readable = readable_schema
         self._node = node
         self._strict = strict
+        self._validator = validator
+        self._original = original if original is not None else readable_schema
         self._compact: _JSON = _compact_schema(readable_schema, node)
-        canon = orjson.dumps([self._readable, self._compact], option=orjson.OPT_SORT_KEYS)
+        canon = orjson.dumps(
+            [self._original, self._readable, self._compact], option=orjson.OPT_SORT_KEYS
+        )
         self._fingerprint = hashlib.sha256(canon).hexdigest()[:16]
 
     @classmethod
     def from_json_schema(cls, schema: Mapping[str, Any], *, name: str = "Action") -> ActionSchema:
-        """Build from a JSON Schema of type object (``$defs`` references are inlined)."""
+        """Build from a JSON Schema of type object, validated with draft 2020-12 semantics.
+
+        Raises SchemaError naming the keyword and its path when the schema uses something that
+        cannot be honoured (:mod:`._validator`).
+        """
         if not isinstance(schema, Mapping):
             raise SchemaError("action", schema, "an action schema must be a JSON object")
-        flat = _inline_refs(dict(schema), schema.get("$defs", {}), "action")
+        original = cast(_JSON, orjson.loads(orjson.dumps(dict(schema))))
+        validator = ActionValidator(original)
+        flat = _inline_refs(original, original)
         node = _Node()
-        model = _build_model(flat, "action", node, name)
-        return cls(model=model, readable_schema=flat, node=node, strict=True)
+        model = _container_model(flat, "action", node, name)
+        return cls(
+            model=model,
+            readable_schema=flat,
+            node=node,
+            strict=True,
+            validator=validator,
+            original=original,
+        )
 
     @classmethod
     def from_model(cls, model: type[BaseModel]) -> ActionSchema:
@@ -285,7 +369,7 @@ class ActionSchema:
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise SchemaError("action", model, "expected a pydantic BaseModel subclass")
         raw = model.model_json_schema(by_alias=False)
-        flat = _inline_refs(raw, raw.get("$defs", {}), "action")
+        flat = _inline_refs(raw, raw)
         node = _Node()
         declared = {n: f.alias for n, f in model.model_fields.items() if f.alias and f.alias != n}
         props = list(flat.get("properties", {}))
@@ -320,11 +404,19 @@ class ActionSchema:
         declared: _JSON = _declare_aliases(orjson.loads(orjson.dumps(self._readable)), self._node)
         return declared
 
+    def original(self) -> _JSON:
+        """The JSON Schema as given (a pydantic model's own schema for :meth:`from_model`)."""
+        return cast(_JSON, orjson.loads(orjson.dumps(self._original)))
+
     def json_schema(self, form: ActionForm = ActionForm.COMPACT) -> _JSON:
-        """The JSON Schema the model is constrained to for ``form``."""
+        """The JSON Schema the model is constrained to for ``form``.
+
+        What grammar engines enforce (:func:`_grammar_schema`); every parsed action is then
+        validated against the original schema, which decides.
+        """
         if form is ActionForm.COMPACT:
-            return cast(_JSON, orjson.loads(orjson.dumps(self._compact)))
-        verbose = cast(_JSON, orjson.loads(orjson.dumps(self._readable)))
+            return cast(_JSON, _grammar_schema(self._compact))
+        verbose = cast(_JSON, _grammar_schema(self._readable))
         verbose["properties"] = {
             **verbose["properties"],
             # One full sentence, as chat models explain themselves unprompted.
@@ -360,6 +452,11 @@ class ActionSchema:
             data = data.model_dump(by_alias=False, exclude_none=True)
         if not isinstance(data, Mapping):
             raise InvalidAction(repr(data), "an action must be a JSON object")
+        if self._validator is not None:
+            problem = self._validator.problem(dict(data))
+            if problem is not None:
+                text = raw if raw is not None else orjson.dumps(dict(data), default=str).decode()
+                raise InvalidAction(text, problem)
         keyed = {self._node.input_keys.get(k, k): v for k, v in data.items()}
         try:
             return self._model.model_validate(keyed)
@@ -371,9 +468,13 @@ class ActionSchema:
 
     def readable(self, action: BaseModel) -> _JSON:
         """The readable JSON object of a validated action (unset optional fields omitted)."""
-        # Models built from a JSON Schema carry the readable names as aliases; user models
-        # carry their field names (their aliases, if any, are the compact names).
-        dumped: _JSON = action.model_dump(mode="json", by_alias=self._strict, exclude_none=True)
+        # Models built from a JSON Schema carry the readable names as aliases and keep an
+        # explicit null (valid for a type list with "null"); user models carry their field
+        # names (their aliases, if any, are the compact names).
+        if self._strict:
+            kept: _JSON = action.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            return kept
+        dumped: _JSON = action.model_dump(mode="json", by_alias=False, exclude_none=True)
         return dumped
 
     def compact(self, action: BaseModel) -> str:
@@ -404,4 +505,10 @@ class ActionSchema:
             total *= len(c)
         if total > limit:
             return None
-        return [self.validate(dict(combo)) for combo in itertools.product(*choices)]
+        out = []
+        for combo in itertools.product(*choices):
+            try:  # a combination the schema forbids (not, if/then, oneOf...) is no candidate
+                out.append(self.validate(dict(combo)))
+            except InvalidAction:
+                continue
+        return out

@@ -94,6 +94,9 @@ class PolicyTree:
     Args:
         max_nodes: the most branches kept; inserting past it evicts the least valuable.
         on_evict: called with each evicted node (the planner wakes on evictions).
+        check: called with each node's action before it enters; raises (InvalidAction) to
+            keep it out. The agent passes the validator of record, so a lookup never needs to
+            validate again: the tree holds only valid actions.
 
     """
 
@@ -102,11 +105,13 @@ class PolicyTree:
         *,
         max_nodes: int = 10_000,
         on_evict: Callable[[PolicyNode], None] | None = None,
+        check: Callable[[dict[str, Any]], object] | None = None,
     ) -> None:
         if max_nodes < 1:
             raise ConfigError("max_nodes", max_nodes, "must be at least 1")
         self._max = max_nodes
         self._on_evict = on_evict
+        self._check = check
         self._graph: nx.DiGraph = nx.DiGraph()
         self._index: dict[tuple[str, EventKey], PolicyNode] = {}
         self._heap: list[tuple[float, float, int, str, EventKey]] = []
@@ -142,6 +147,21 @@ class PolicyTree:
         """The precomputed node for ``key`` in state ``fingerprint``, or None."""
         return self._index.get((fingerprint, key))
 
+    def admit_only(self, check: Callable[[dict[str, Any]], object]) -> int:
+        """From now on, admit only actions ``check`` accepts.
+
+        Nodes already here that it refuses are dropped; returns how many.
+        """
+        self._check = check
+        dropped = 0
+        for node in self.nodes():
+            try:
+                check(node.action)
+            except Exception:  # whatever the check raises refuses the node
+                self.remove(node.fingerprint, node.key)
+                dropped += 1
+        return dropped
+
     def touch(self, node: PolicyNode) -> None:
         """Record that ``node`` answered an event (what the waste figures count)."""
         self._used.add((node.fingerprint, node.key))
@@ -169,7 +189,12 @@ class PolicyTree:
         return iter(list(self._index.values()))
 
     def insert(self, node: PolicyNode) -> PolicyNode:
-        """Add or replace a branch; returns it as stored (with this tree's version)."""
+        """Add or replace a branch; returns it as stored (with this tree's version).
+
+        Raises what ``check`` raises when the action is refused (the tree is unchanged).
+        """
+        if self._check is not None:
+            self._check(node.action)
         self._version += 1
         node = replace(node, version=self._version)
         ident = (node.fingerprint, node.key)

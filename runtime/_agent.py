@@ -30,6 +30,7 @@ from forethought.planner import (
 from forethought.policies import (
     AgentSpec,
     EventKey,
+    ForethoughtError,
     NotStarted,
     PolicyNode,
     PolicyTree,
@@ -76,13 +77,19 @@ class Agent:
         self.bus = bus
         self._state = spec.initial_state(max_bytes=self.config.max_state_bytes)
         self.gate = ModelGate()
-        self.tree = PolicyTree(max_nodes=self.config.tree_max_nodes, on_evict=self._evicted)
+        self.tree = PolicyTree(
+            max_nodes=self.config.tree_max_nodes,
+            on_evict=self._evicted,
+            check=self.schema.validate,  # the validator of record, once, as a node enters
+        )
         self.forecaster = Forecaster(self.space)
         self.planner: Planner | None = None
         self.executor: Executor | None = None
         self.ready = asyncio.Event()
         self.rejected = 0
         self.snapshot_problem: str | None = None
+        self.snapshot_rejected = 0
+        """Snapshot nodes refused because their action fails validation."""
         self._stack: contextlib.AsyncExitStack | None = None
 
     @classmethod
@@ -209,7 +216,11 @@ class Agent:
             log.warning("skipping the tree snapshot: %s", exc)
             return
         for node in loaded.nodes():
-            self.tree.insert(node)
+            try:
+                self.tree.insert(node)
+            except ForethoughtError as exc:  # a stored action the schema now forbids
+                self.snapshot_rejected += 1
+                log.warning("skipping a snapshot node: %s", exc)
 
     def save_snapshot(self) -> None:
         """Write the tree to the configured snapshot path (if any)."""

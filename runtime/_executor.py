@@ -166,10 +166,12 @@ class Executor:
         self._cand_tokens = (
             sum(len(schema.compact(c)) for c in self._candidates) // 3 if self._candidates else 0
         )
+        self.stats = ExecutorStats()
+        # The tree admits only actions the validator of record accepts, so a hit is a lookup.
+        self.stats.invalid += tree.admit_only(schema.validate)
         self._done: OrderedDict[str, Decision] = OrderedDict()
         self._seen: OrderedDict[str, float] = OrderedDict()  # id -> when it was decided
         self._inflight: dict[str, asyncio.Future[Decision]] = {}
-        self.stats = ExecutorStats()
 
     @property
     def gate(self) -> ModelGate:
@@ -261,12 +263,12 @@ class Executor:
         key = self._space.key(event.type, event.params)
         skipped: list[tuple[str, str]] = []
 
-        def finish(tier: Tier, action: BaseModel, nearest: str | None = None) -> Decision:
+        def finish(tier: Tier, action: dict[str, Any], nearest: str | None = None) -> Decision:
             now = loop.time()
             return Decision(
                 event_id=event.id,
                 tier=tier,
-                action=self._schema.readable(action),
+                action=action,
                 latency_s=now - event.arrived_at,
                 budget_s=end - event.arrived_at,
                 met=now <= end + 1e-9,  # 1 ns: float noise is not a miss
@@ -288,10 +290,7 @@ class Executor:
             if found is None:
                 skipped.append(("tree", "no branch for this state"))
             else:
-                action, nearest = found
-                if action is not None:
-                    return finish(Tier.TREE, action, nearest)
-                skipped.append(("tree", "stored action failed validation"))
+                return finish(Tier.TREE, *found)
         # 2. score, 3. live
         if self._backend is not None:
             context = state_context(self._description, state.to_json())
@@ -304,7 +303,7 @@ class Executor:
                 return finish(Tier.LIVE, action)
         else:
             skipped.append(("model", "no backend"))
-        return finish(Tier.DEFAULT, self._default)
+        return finish(Tier.DEFAULT, dict(self._default_json))
 
     @staticmethod
     def _describe(event: Event, key: EventKey | None) -> str:
@@ -315,7 +314,11 @@ class Executor:
 
     def _from_tree(
         self, state: WorldState, key: EventKey
-    ) -> tuple[BaseModel | None, str | None] | None:
+    ) -> tuple[dict[str, Any], str | None] | None:
+        """The stored action (validated when it entered the tree) and what was borrowed.
+
+        No validation here: this is the hot path, and the tree admits valid actions only.
+        """
         fp = state.fingerprint_for(key.type)
         node = self._tree.lookup(fp, key)
         nearest: str | None = None
@@ -334,11 +337,7 @@ class Executor:
         if node is None:
             return None
         self._tree.touch(node)
-        try:
-            return self._schema.validate(node.action), nearest
-        except ForethoughtError:
-            self.stats.invalid += 1
-            return None, nearest
+        return dict(node.action), nearest  # a copy: the caller may change its decision
 
     async def _model_call(
         self,
@@ -417,9 +416,12 @@ class Executor:
             return None
         return self._validated(gen.action, skipped, "live")
 
-    def _validated(self, action: BaseModel, skipped: list[tuple[str, str]], tier: str) -> Any:
+    def _validated(
+        self, action: BaseModel, skipped: list[tuple[str, str]], tier: str
+    ) -> dict[str, Any] | None:
+        """The readable action when the validator of record accepts it, else None."""
         try:
-            return self._schema.validate(self._schema.readable(action))
+            return self._schema.readable(self._schema.validate(self._schema.readable(action)))
         except ForethoughtError:
             self.stats.invalid += 1
             skipped.append((tier, "invalid action"))

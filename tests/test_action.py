@@ -152,7 +152,15 @@ def test_fingerprint_is_stable_and_distinguishes(robot_schema: ActionSchema) -> 
         ({"type": "array"}, "action.type"),
         ({"type": "object", "properties": {}}, "action.properties"),
         ({"type": "object", "properties": {"a": {"enum": []}}}, "action.properties.a.enum"),
-        ({"type": "object", "properties": {"a": {"not": {}}}}, "action.properties.a"),
+        (
+            {"type": "object", "properties": {"a": {"$dynamicRef": "#x"}}},
+            "action.properties.a.$dynamicRef",
+        ),
+        ({"type": "object", "properties": {"a": {"format": "uri"}}}, "action.properties.a.format"),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "http://x/s.json"}}},
+            "action.properties.a.$ref",
+        ),
         (
             {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]},
             "action.required",

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from forethought.planner import ScriptedBackend
-from forethought.policies import ActionSchema, EventSpace, PolicyNode, PolicyTree, WorldState
+from forethought.policies import (
+    ActionSchema,
+    EventSpace,
+    InvalidAction,
+    PolicyNode,
+    PolicyTree,
+    WorldState,
+)
 from forethought.runtime import Event, Executor, ExecutorConfig, Tier
 from forethought.sims import run_virtual
 
@@ -170,11 +177,15 @@ def test_invalid_or_cut_live_output_falls_to_the_default(mode: str) -> None:
 def test_invalid_tree_action_is_never_emitted() -> None:
     tree = PolicyTree()
     put(tree, EventSpace.from_specs(SPACE), "obstacle", {"d": 1.0}, {"a": "fly"})
-    ex = make(None, tree)
+    ex = make(None, tree)  # the executor's tree admits valid actions only: this one goes
+    assert len(tree) == 0
+    assert ex.stats.invalid == 1
     d = decide(ex, id="e", type="obstacle", params={"d": 1.0})
     assert d.tier is Tier.DEFAULT
     assert d.action == {"a": "stop"}
-    assert ex.stats.invalid == 1
+    with pytest.raises(InvalidAction):  # and one inserted later never enters
+        put(tree, EventSpace.from_specs(SPACE), "obstacle", {"d": 1.0}, {"a": "fly"})
+    assert len(tree) == 0
 
 
 def test_exactly_one_decision_per_event_id() -> None:
