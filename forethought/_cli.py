@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -52,13 +53,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     run = sub.add_parser("run", help="run an agent on an MQTT broker until SIGINT/SIGTERM")
     run.add_argument("spec", type=Path, help="agent spec (YAML or JSON; a scenario works too)")
-    run.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port")
+    run.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port or mqtts://")
     run.add_argument("--agent-id", default=None, help="names the topics (default: agent)")
     run.add_argument("--config", type=Path, default=None, help="TOML configuration file")
+    _tls_flags(run)
     send = sub.add_parser("send", help="publish a test event and print the decision")
     send.add_argument("type", help="event type")
     send.add_argument("--params", default="{}", help="event parameters as a JSON object")
-    send.add_argument("--mqtt", required=True, metavar="URL", help="mqtt://host:port")
+    send.add_argument("--mqtt", required=True, metavar="URL", help="mqtt://host:port or mqtts://")
+    send.add_argument("--config", type=Path, default=None, help="TOML configuration file")
+    _tls_flags(send)
     send.add_argument("--agent-id", default="agent")
     send.add_argument("--deadline-ms", type=float, default=None)
     send.add_argument("--wait", type=float, default=10.0, help="seconds to wait for the answer")
@@ -97,6 +101,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--agent-id", default="agent", help="the running agent's id (--mqtt)")
     return parser
+
+
+def _tls_flags(p: argparse.ArgumentParser) -> None:
+    """Broker TLS and user flags; the password comes only from the environment or a file."""
+    p.add_argument("--mqtt-ca", type=Path, default=None, help="CA file of the broker's cert")
+    p.add_argument("--mqtt-cert", type=Path, default=None, help="client certificate (mTLS)")
+    p.add_argument("--mqtt-key", type=Path, default=None, help="client key (mTLS)")
+    p.add_argument(
+        "--mqtt-user",
+        default=None,
+        help="username; the password: FORETHOUGHT_MQTT__PASSWORD or mqtt.password_file",
+    )
+
+
+def _tls(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "ca_file": args.mqtt_ca,
+        "cert_file": args.mqtt_cert,
+        "key_file": args.mqtt_key,
+        "username": args.mqtt_user,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,10 +177,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from forethought._commands import run_agent  # noqa: PLC0415
 
             return asyncio.run(
-                run_agent(args.spec, mqtt=args.mqtt, agent_id=args.agent_id, config=args.config)
+                run_agent(
+                    args.spec,
+                    mqtt=args.mqtt,
+                    agent_id=args.agent_id,
+                    config=args.config,
+                    tls=_tls(args),
+                )
             )
         elif args.command == "send":
-            from forethought._commands import send_event  # noqa: PLC0415
+            from forethought._commands import mqtt_settings, send_event  # noqa: PLC0415
+            from forethought.runtime import AgentConfig  # noqa: PLC0415
 
             try:
                 params = orjson.loads(args.params)
@@ -171,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     params=params,
                     deadline_ms=args.deadline_ms,
                     wait_s=args.wait,
+                    security=mqtt_settings(
+                        AgentConfig.load(args.config).mqtt, _tls(args)
+                    ).security(),
                 )
             )
             print(orjson.dumps(reply).decode())

@@ -17,27 +17,52 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from forethought.policies import ConfigError, NoDecision
-from forethought.runtime import Agent, AgentConfig, MqttBus, parse_mqtt_url, payload_bytes
+from forethought.runtime import (
+    Agent,
+    AgentConfig,
+    MqttBus,
+    MqttConfig,
+    MqttSecurity,
+    parse_broker_url,
+    payload_bytes,
+)
 from forethought.sims import load_spec
 
 __all__ = ["run_agent", "send_event"]
 
 
+def mqtt_settings(cfg: MqttConfig, tls: dict[str, Any]) -> MqttConfig:
+    """``cfg`` with the command line's TLS and user flags (the password never comes here)."""
+    given = {k: v for k, v in tls.items() if v is not None}
+    return cfg.model_copy(update=given) if given else cfg
+
+
 async def run_agent(
-    spec: Path, *, mqtt: str | None, agent_id: str | None, config: Path | None
+    spec: Path,
+    *,
+    mqtt: str | None,
+    agent_id: str | None,
+    config: Path | None,
+    tls: dict[str, Any] | None = None,
 ) -> int:
-    """Run an agent on a broker until SIGINT or SIGTERM; shut down cleanly."""
+    """Run an agent on a broker until SIGINT or SIGTERM; shut down cleanly.
+
+    A broker that refuses the credentials or whose certificate is not accepted ends the
+    run with one ConfigError naming the cause.
+    """
     cfg = AgentConfig.load(config)
-    url = mqtt or cfg.mqtt.url
+    settings = mqtt_settings(cfg.mqtt, tls or {})
+    url = mqtt or settings.url
     if url is None:
         raise ConfigError("mqtt", None, "give --mqtt mqtt://host:port (or mqtt.url in config)")
-    ident = agent_id or cfg.mqtt.agent_id
+    ident = agent_id or settings.agent_id
     bus = MqttBus(
         url=url,
         agent_id=ident,
-        events_filter=cfg.mqtt.events_filter,
-        max_payload_bytes=cfg.mqtt.max_payload_bytes,
-        queue_size=cfg.mqtt.queue_size,
+        events_filter=settings.events_filter,
+        max_payload_bytes=settings.max_payload_bytes,
+        queue_size=settings.queue_size,
+        security=settings.security(),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -52,7 +77,7 @@ async def run_agent(
             file=sys.stderr,
             flush=True,
         )
-        await stop.wait()
+        await agent.serve_until(stop)
         print("forethought: shutting down", file=sys.stderr, flush=True)
     stats = agent.stats()
     print(
@@ -76,9 +101,11 @@ async def send_event(
     params: dict[str, Any],
     deadline_ms: float | None,
     wait_s: float,
+    security: MqttSecurity | None = None,
 ) -> dict[str, Any]:
     """Publish one event with a response topic and return the decision payload."""
-    host, port = parse_mqtt_url(mqtt)
+    host, port, tls = parse_broker_url(mqtt)
+    options = (security or MqttSecurity()).client_options(tls)
     event_id = f"send-{uuid.uuid4().hex[:12]}"
     reply_topic = f"forethought/{agent_id}/replies/{event_id}"
     body: dict[str, Any] = {"id": event_id, "type": event_type, "params": params}
@@ -93,6 +120,7 @@ async def send_event(
         protocol=aiomqtt.ProtocolVersion.V5,
         identifier=f"forethought-send-{event_id}",
         socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        **options,  # type: ignore[arg-type]
     ) as client:
         await client.subscribe(reply_topic, qos=1)
         t0 = time.perf_counter()

@@ -1,8 +1,11 @@
 """Look-ahead: how often each branch is expected to be needed within the next few events.
 
 The planner's question is not "what comes next in this state" but "which (state, event)
-answers will be asked for before the state moves on". Starting from the current state, a
-distribution over states is pushed forward one event at a time:
+answers will be asked for before the planner could write them in time". In the current state
+that is every event within the horizon; in a state it has not reached yet, only the first few
+events after entering it (``catch_up``): once there, the planner writes the rest itself.
+Starting from the current state, a distribution over states is pushed forward one event at a
+time:
 
 * the next event comes from the forecaster (the previous key counts for the first step only);
 * an event whose type has ``effects`` moves the mass to the state it leaves behind;
@@ -84,11 +87,12 @@ class _Moves:
         return self._next.get((state.to_json(), i))
 
 
-_States = dict[str, tuple[WorldState, float]]
+_States = dict[tuple[str, int], tuple[WorldState, float]]
+"""(state JSON, events since it was entered) -> (state, probability mass)."""
 
 
-def _add(into: _States, s: WorldState, m: float) -> None:
-    ident = s.to_json()
+def _add(into: _States, s: WorldState, m: float, age: int) -> None:
+    ident = (s.to_json(), age)
     old = into.get(ident)
     into[ident] = (s, m + (old[1] if old else 0.0))
 
@@ -96,7 +100,16 @@ def _add(into: _States, s: WorldState, m: float) -> None:
 class _Walk:
     """One look-ahead: the state distribution pushed forward, expected uses accumulated."""
 
-    def __init__(self, forecaster: Forecaster, space: EventSpace, drift: StateDrift | None) -> None:
+    def __init__(
+        self,
+        forecaster: Forecaster,
+        space: EventSpace,
+        drift: StateDrift | None,
+        home: str,
+        catch_up: int,
+    ) -> None:
+        self.home = home
+        self.catch_up = catch_up
         self.forecaster = forecaster
         self.moves = _Moves(space, forecaster.keys)
         self.drift = drift
@@ -115,14 +128,16 @@ class _Walk:
 
     def step(self, states: _States, first: bool) -> _States:
         nxt: _States = {}
-        for ident, (s, m) in states.items():
+        for (ident, age), (s, m) in states.items():
             p = self.dist(s, first)
-            seen = self.acc.get(ident)
-            self.acc[ident] = (s, m * p + (seen[1] if seen is not None else 0.0))
+            # Another state's events count only until the planner, there, catches up.
+            if ident == self.home or age < self.catch_up:
+                seen = self.acc.get(ident)
+                self.acc[ident] = (s, m * p + (seen[1] if seen is not None else 0.0))
             stay = m
             for after, idx in self.moves.groups(s):
                 moved = m * float(p[idx].sum())
-                _add(nxt, after, moved)
+                _add(nxt, after, moved, 0)
                 stay -= moved
             if self.drift is not None:
                 options = self.drifts.get(ident)
@@ -130,9 +145,9 @@ class _Walk:
                     options = self.drifts[ident] = self.drift.moves(s)
                 base = stay
                 for after, q in options:
-                    _add(nxt, after, base * q)
+                    _add(nxt, after, base * q, 0)
                     stay -= base * q
-            _add(nxt, s, max(stay, 0.0))
+            _add(nxt, s, max(stay, 0.0), min(age + 1, self.catch_up))
         return nxt
 
     def branches(self, min_uses: float) -> list[Expected]:
@@ -164,12 +179,18 @@ def look_ahead(
     space: EventSpace,
     drift: StateDrift | None,
     horizon: int,
+    catch_up: int | None = None,
     min_mass: float = 1e-3,
     min_uses: float = 1e-4,
 ) -> list[Expected]:
-    """Every branch expected to be needed within ``horizon`` events, most needed first."""
-    walk = _Walk(forecaster, space, drift)
-    states: _States = {start.to_json(): (start, 1.0)}
+    """Every branch expected to be needed within ``horizon`` events, most needed first.
+
+    ``catch_up``: in a state other than ``start``, only the first this many events after
+    entering it count -- later ones the planner can write once it is there (None: all).
+    """
+    home = start.to_json()
+    walk = _Walk(forecaster, space, drift, home, horizon if catch_up is None else catch_up)
+    states: _States = {(home, 0): (start, 1.0)}
     for step in range(horizon):
         nxt = walk.step(states, first=step == 0)
         states = {k: v for k, v in nxt.items() if v[1] >= min_mass}

@@ -73,6 +73,9 @@ class PlannerConfig(BaseModel):
     sharing one prefix), ``score`` (one forward pass ranks every candidate action for one
     event; only for enumerable action spaces), or ``auto``: whichever the latency model
     predicts is cheaper per branch for this schema and device."""
+    prior_gap_s: float | None = Field(default=None, gt=0)
+    """The event gap assumed for the cost rule until two events have been seen (None: no cost
+    until then, so a fresh agent plans everything above ``min_value``)."""
     relaxed_urgency: float = Field(default=0.3, ge=0, le=1)
     """Urgency of an event the live tiers could still answer in time."""
     margin_s: float = Field(default=0.02, ge=0)
@@ -311,13 +314,24 @@ class Planner:
         costs = self.seconds_per_branch()
         return min(costs, key=costs.__getitem__)
 
+    def catch_up_events(self) -> int | None:
+        """Events that arrive after a state change before the planner has written a batch there.
+
+        None while the event rate is unknown: then it plans ahead fully.
+        """
+        gap = self._mean_gap_s
+        if gap is None or gap <= 0:
+            return None
+        batch_s = self.seconds_per_branch()[self.method()] * self._batch_size()
+        return 1 + int(batch_s / gap)
+
     def branch_cost(self) -> float:
         """A branch's cost in events: those expected to arrive while the model writes it.
 
         Model seconds per branch (a full batch's predicted time, shared by its rows) over the
         mean gap between events. Zero until the gap is known: a fresh agent plans freely.
         """
-        gap = self._mean_gap_s
+        gap = self._mean_gap_s if self._mean_gap_s is not None else self._config.prior_gap_s
         if gap is None or gap <= 0 or self._config.cost_weight == 0:
             return 0.0
         seconds = self.seconds_per_branch()[self.method()]
@@ -343,6 +357,7 @@ class Planner:
             space=self._space,
             drift=self._drift,
             horizon=cfg.horizon,
+            catch_up=self.catch_up_events(),
         ):
             value = e.p_used * urgency[e.key.type]
             if value < floor:
@@ -359,10 +374,15 @@ class Planner:
         return out
 
     def _answered(self, state: WorldState, fp: str, key: EventKey) -> bool:
-        """Whether the executor would find an answer: exact, or from a nearby state."""
+        """Whether the executor would find an answer (the executor's own order).
+
+        Exact, a grid neighbour of the key within its tolerance, or the key in a nearby state.
+        """
         tree = self._tree
         if tree.lookup(fp, key) is not None:
             return True
+        if any(tree.lookup(fp, near) is not None for near, _ in self._space.neighbours(key)):
+            return True  # the executor borrows a neighbouring grid key within tolerance
         return self._near_states and any(
             tree.lookup(near, key) is not None for near, _ in state.near(key.type)
         )

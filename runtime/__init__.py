@@ -7,6 +7,7 @@ from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
 from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
+from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 from ._serve import serve
 
 __all__ = [
@@ -23,11 +24,14 @@ __all__ = [
     "InProcessBus",
     "MqttBus",
     "MqttConfig",
+    "MqttSecurity",
     "MqttStats",
     "ReplyTo",
     "Tier",
+    "parse_broker_url",
     "parse_mqtt_url",
     "parse_payload",
     "payload_bytes",
+    "refusal",
     "serve",
 ]

@@ -91,6 +91,7 @@ class Agent:
         self.snapshot_rejected = 0
         """Snapshot nodes refused because their action fails validation."""
         self._stack: contextlib.AsyncExitStack | None = None
+        self._runner: asyncio.Task[None] | None = None
 
     @classmethod
     def from_file(
@@ -170,6 +171,7 @@ class Agent:
                 await stack.enter_async_context(self.bus)
             started = asyncio.Event()
             runner = asyncio.create_task(self._run(started), name=f"forethought[{self.spec.name}]")
+            self._runner = runner
             stack.push_async_callback(_cancel_and_wait, runner)
             waiter = asyncio.ensure_future(started.wait())
             await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
@@ -179,6 +181,25 @@ class Agent:
             self._stack = stack.pop_all()
         self.ready.set()
         return self
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set, or until a background task fails.
+
+        A failure (a broker that refuses our credentials, say) is raised here: the first
+        Forethought error inside the task group's, so a caller prints one clear line.
+        """
+        runner = self._runner
+        if runner is None:
+            raise NotStarted("Agent")
+        waiter = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if runner.done() and not runner.cancelled():
+            exc = runner.exception()
+            if exc is not None:
+                raise _first_error(exc)
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.ready.clear()
@@ -305,8 +326,27 @@ class Agent:
         return out
 
 
+def _first_error(exc: BaseException) -> BaseException:
+    """The first Forethought error in ``exc`` (unwrapping task groups), else ``exc``."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_error(inner)
+            if isinstance(found, ForethoughtError):
+                return found
+    return exc
+
+
 async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
-    """Cancel a task this agent started and wait for it (its own cancellation is expected)."""
+    """Cancel a task this agent started and wait for it (its own cancellation is expected).
+
+    A task that already failed is not awaited again: :meth:`Agent.serve_until` raised its
+    error to the caller (and it is logged here for callers that never asked).
+    """
+    if task.done():
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            log.warning("agent stopped after a failure: %s", _first_error(failure))
+        return
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

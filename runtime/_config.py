@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,20 +21,61 @@ from forethought.planner import DEFAULT_MODEL, PlannerConfig
 from forethought.policies import ConfigError, first_problem
 
 from ._executor import ExecutorConfig
+from ._mqtt_security import MqttSecurity
 
 __all__ = ["AgentConfig", "MqttConfig"]
 
 
 class MqttConfig(BaseModel):
-    """MQTT bus settings (used by ``forethought run``)."""
+    """MQTT bus settings (used by ``forethought run`` and ``forethought send``).
+
+    The password is a secret: set it with ``FORETHOUGHT_MQTT__PASSWORD`` or ``password_file``
+    (never on a command line); it is never logged and never shown in a ``repr``.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     url: str | None = None
+    """``mqtt://host:port`` or ``mqtts://host:port`` (TLS; 8883 by default)."""
     agent_id: str = "agent"
     events_filter: str | None = None
     max_payload_bytes: int = Field(default=65_536, ge=64)
     queue_size: int = Field(default=256, ge=1)
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    """A file holding the password (its first line); read when the agent starts."""
+    ca_file: Path | None = None
+    """The CA that signs the broker's certificate (None: the system's trust store)."""
+    cert_file: Path | None = None
+    """This client's certificate, for mutual TLS (with ``key_file``)."""
+    key_file: Path | None = None
+    insecure: bool = False
+    """Skip certificate and hostname verification: for a lab only, and warned about loudly."""
+
+    def security(self) -> MqttSecurity:
+        """The connection's credentials and TLS settings (reads ``password_file``)."""
+        password = self.password
+        if self.password_file is not None:
+            if password is not None:
+                raise ConfigError(
+                    "mqtt.password_file", str(self.password_file), "give a password or a file"
+                )
+            try:
+                lines = self.password_file.read_text().splitlines()
+            except OSError as exc:
+                raise ConfigError(
+                    "mqtt.password_file", str(self.password_file), f"cannot read: {exc.strerror}"
+                ) from None
+            password = SecretStr(lines[0] if lines else "")
+        return MqttSecurity(
+            username=self.username,
+            password=password,
+            ca_file=self.ca_file,
+            cert_file=self.cert_file,
+            key_file=self.key_file,
+            insecure=self.insecure,
+        )
 
 
 class AgentConfig(BaseSettings):

@@ -22,7 +22,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Self
-from urllib.parse import urlsplit
 
 import aiomqtt
 import orjson
@@ -33,6 +32,7 @@ from forethought.policies import ConfigError, InvalidEvent
 
 from ._decision import Decision
 from ._event import Arrival, Event, ReplyTo, parse_payload
+from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 
 __all__ = ["MqttBus", "MqttStats", "parse_mqtt_url", "payload_bytes"]
 
@@ -40,15 +40,9 @@ log = logging.getLogger("forethought.mqtt")
 
 
 def parse_mqtt_url(url: str) -> tuple[str, int]:
-    """``mqtt://host:port`` -> (host, port); port defaults to 1883."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("mqtt", "tcp") or not parts.hostname:
-        raise ConfigError("mqtt", url, "expected mqtt://host[:port]")
-    try:
-        port = parts.port or 1883
-    except ValueError:
-        raise ConfigError("mqtt", url, "the port is not a number") from None
-    return parts.hostname, port
+    """``mqtt://host:port`` or ``mqtts://host:port`` -> (host, port); 1883 / 8883 by default."""
+    host, port, _ = parse_broker_url(url)
+    return host, port
 
 
 def payload_bytes(message: aiomqtt.Message) -> bytes:
@@ -69,19 +63,24 @@ class MqttStats:
     publish_failures: int = 0
     outages: int = 0
     connects: int = 0
+    replies_refused: int = 0
+    """Response topics outside ``forethought/<agent>/replies/`` (not published to)."""
 
 
 class MqttBus:
     """An EventBus on an MQTT broker.
 
     Args:
-        url: ``mqtt://host:port``.
+        url: ``mqtt://host:port``, or ``mqtts://host:port`` for TLS.
         agent_id: names the topics (``forethought/<agent_id>/...``).
         events_filter: the subscription (default ``forethought/<agent_id>/events/#``).
         max_payload_bytes: larger payloads are rejected on the errors topic.
         queue_size: the most events waiting to be decided.
         reconnect_min_s, reconnect_max_s: backoff bounds after a lost connection.
         wall_ns: the wall clock, read only to place ``deadline_ns`` on the loop's clock.
+        security: credentials and TLS settings (:class:`MqttSecurity`); a refusal (wrong
+            credentials, a certificate not accepted) ends :meth:`run` with a ConfigError
+            naming the cause instead of retrying.
 
     """
 
@@ -97,8 +96,10 @@ class MqttBus:
         reconnect_max_s: float = 5.0,
         keepalive: int = 10,
         wall_ns: Callable[[], int] = time.time_ns,
+        security: MqttSecurity | None = None,
     ) -> None:
-        self._host, self._port = parse_mqtt_url(url)
+        self._host, self._port, self._tls = parse_broker_url(url)
+        self._security = security or MqttSecurity()
         if not agent_id or any(c in agent_id for c in "#+/"):
             raise ConfigError("agent_id", agent_id, "must be non-empty, without # + or /")
         if queue_size < 1:
@@ -109,6 +110,7 @@ class MqttBus:
         self.actions_topic = f"{base}/actions"
         self.errors_topic = f"{base}/errors"
         self.status_topic = f"{base}/status"
+        self.replies_prefix = f"{base}/replies/"
         self._max_bytes = max_payload_bytes
         self._queue_size = queue_size
         self._backoff = (reconnect_min_s, reconnect_max_s)
@@ -144,6 +146,7 @@ class MqttBus:
         that dies instead leaves the will to say it).
         """
         delay = self._backoff[0]
+        options = self._security.client_options(self._tls)  # reads the TLS files, once
         while True:
             will = aiomqtt.Will(self.status_topic, b'{"online":false}', qos=1, retain=True)
             try:
@@ -151,6 +154,7 @@ class MqttBus:
                     self._host,
                     self._port,
                     identifier=f"forethought-{self.agent_id}",
+                    **options,  # type: ignore[arg-type]
                     protocol=aiomqtt.ProtocolVersion.V5,
                     will=will,
                     keepalive=self._keepalive,
@@ -180,6 +184,9 @@ class MqttBus:
             except aiomqtt.MqttError as exc:
                 if self._connected.is_set():
                     self.stats.outages += 1
+                reason = refusal(exc)
+                if reason is not None:  # the same on every retry: say why and stop
+                    raise ConfigError("mqtt", f"{self._host}:{self._port}", reason) from None
                 log.warning(
                     "mqtt connection to %s:%s lost or refused: %s", self._host, self._port, exc
                 )
@@ -201,7 +208,16 @@ class MqttBus:
         props = message.properties
         reply = None
         response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
-        if response_topic:
+        if response_topic and not str(response_topic).startswith(self.replies_prefix):
+            # Least privilege: the agent answers only under its own prefix, so an event
+            # source cannot make it publish on another agent's topics.
+            self.stats.replies_refused += 1
+            log.warning(
+                "response topic %r is outside %s#: answered on the actions topic only",
+                str(response_topic)[:200],
+                self.replies_prefix,
+            )
+        elif response_topic:
             corr = getattr(props, "CorrelationData", None)
             reply = ReplyTo(str(response_topic), bytes(corr) if corr is not None else None)
         event = Event.from_payload(payload, arrival=Arrival.now(self._wall_ns), reply=reply)

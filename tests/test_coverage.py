@@ -494,3 +494,58 @@ async def test_auto_picks_the_cheaper_way_per_device() -> None:
             state=WorldState({}),
             config=PlannerConfig(method="score"),
         )
+
+
+def test_look_ahead_counts_only_the_first_events_of_a_state_not_yet_reached() -> None:
+    events = [
+        {"type": "block", "deadline_ms": 100, "weight": 1, "effects": {"zone": "blocked"}},
+        {"type": "ping", "params": {"n": [1, 2]}, "deadline_ms": 100, "weight": 3},
+    ]
+    space = EventSpace.from_specs(events)
+    f = Forecaster(space)
+    start = WorldState({"zone": "aisle"})
+    blocked = start.patched({"zone": "blocked"}).fingerprint
+
+    def uses(catch_up: int | None) -> float:
+        found = look_ahead(
+            start, forecaster=f, space=space, drift=None, horizon=12, catch_up=catch_up
+        )
+        return sum(e.uses for e in found if e.fingerprint == blocked)
+
+    full, first = uses(None), uses(1)
+    assert 0 < first < full
+    # entering "blocked" happens with mass 1/4 per event; one event there then counts
+    assert first == pytest.approx(sum((3 / 4) ** t * (1 / 4) for t in range(11)), rel=1e-2)
+
+
+async def test_planner_skips_a_key_whose_grid_neighbour_answers_it() -> None:
+    events = [
+        {
+            "type": "gap",
+            "params": {"m": {"min": 0, "max": 3, "step": 1}},
+            "tolerance": {"m": 1},
+            "deadline_ms": 100,
+        }
+    ]
+    space = EventSpace.from_specs(events)
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    tree = PolicyTree()
+    async with ScriptedBackend() as backend:
+        planner = Planner(
+            backend=backend,
+            gate=ModelGate(),
+            space=space,
+            schema=schema,
+            tree=tree,
+            forecaster=Forecaster(space),
+            description="d",
+            state=WorldState({}),
+            config=PlannerConfig(horizon=4, cost_weight=0.0),
+        )
+        assert len(planner.candidates()) == 4
+        fp = planner.state.fingerprint_for("gap")
+        tree.insert(
+            PolicyNode(fp, EventKey("gap", (("m", 1),)), {"action": "stop"}, "", 1, "m", 1, 0, 0)
+        )
+        # m=0 and m=2 borrow m=1 (tolerance 1): only m=3 is left to write
+        assert [b.key for b in planner.candidates()] == [EventKey("gap", (("m", 3),))]

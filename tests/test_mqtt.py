@@ -119,12 +119,12 @@ async def test_round_trip_and_status(broker: Broker, agent_id: str) -> None:
 async def test_v5_response_topic_and_correlation(broker: Broker, agent_id: str) -> None:
     async with running(broker, agent_id) as (_agent, _bus, listener, client):
         props = Properties(PacketTypes.PUBLISH)
-        props.ResponseTopic = f"forethought/{agent_id}/reply-here"
+        props.ResponseTopic = f"forethought/{agent_id}/replies/here"
         props.CorrelationData = b"corr-42"
         await client.publish(
             f"forethought/{agent_id}/events/ping", event(2), qos=1, properties=props
         )
-        (reply,) = await listener.wait("reply-here")
+        (reply,) = await listener.wait("here")
         assert reply["body"]["id"] == "e2"
         assert reply["props"].CorrelationData == b"corr-42"
 

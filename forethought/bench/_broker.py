@@ -7,6 +7,7 @@ broker's Nagle adds ~20-40 ms to every small message, as the executor bench meas
 from __future__ import annotations
 
 import contextlib
+import getpass
 import shutil
 import socket
 import subprocess
@@ -41,21 +42,35 @@ class MosquittoBroker:
 
     Args:
         port: the port (default: a free one).
-        extra_config: more lines for its configuration file.
+        extra_config: more lines for its configuration file (TLS files, a password file,
+            an ACL file...).
+        anonymous: whether clients may connect without a username.
+        scheme: ``mqtt`` or ``mqtts`` (the listener's TLS comes from ``extra_config``).
 
     """
 
-    def __init__(self, *, port: int | None = None, extra_config: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        extra_config: str = "",
+        anonymous: bool = True,
+        scheme: str = "mqtt",
+    ) -> None:
         exe = mosquitto_path()
         if exe is None:
             raise ConfigError("mosquitto", None, "not installed (scripts/setup --broker)")
         self._exe = exe
         self.port = port or free_port()
-        self.url = f"mqtt://127.0.0.1:{self.port}"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self._dir = tempfile.TemporaryDirectory(prefix="forethought-mosquitto-")
         self.config = Path(self._dir.name) / "mosquitto.conf"
         self.config.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n"
+            # Started by root, mosquitto drops to user "mosquitto", which cannot read the
+            # certificates, password and ACL files in our private temporary directory.
+            f"user {getpass.getuser()}\n"
+            f"listener {self.port} 127.0.0.1\n"
+            f"allow_anonymous {'true' if anonymous else 'false'}\nset_tcp_nodelay true\n"
             + extra_config
         )
         self._proc: subprocess.Popen[bytes] | None = None

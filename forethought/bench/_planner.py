@@ -91,6 +91,13 @@ async def _cpu_per_s(seconds: float) -> float:
 async def _planner_run(
     backend: TransformersBackend, quick: bool, say: Callable[[str], None]
 ) -> dict[str, Any]:
+    async with backend:
+        return await _planner_session(backend, quick, say)
+
+
+async def _planner_session(
+    backend: TransformersBackend, quick: bool, say: Callable[[str], None]
+) -> dict[str, Any]:
     space = EventSpace.from_specs(WAREHOUSE_EVENTS)
     schema = ActionSchema.from_json_schema(ACTION)
     await backend.prepare(schema)
