@@ -125,13 +125,23 @@ def _config_error(source: str, exc: ValidationError) -> ConfigError:
     return ConfigError(f"{source}: {where}" if where else source, value, problem)
 
 
-def load_document(path: str | Path) -> Any:
-    """Read a YAML or JSON file; a parse error is a ConfigError naming the file."""
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+"""The largest spec or scenario file read (checked before parsing)."""
+
+
+def load_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """Read a YAML (``safe_load``) or JSON file; errors are ConfigErrors naming the file."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        size = p.stat().st_size
+        if size > max_bytes:
+            raise ConfigError(str(p), f"{size} bytes", f"larger than {max_bytes} bytes")
+        with p.open("rb") as fh:
+            raw = fh.read(max_bytes + 1)
     except OSError as exc:
         raise ConfigError(str(p), str(p), f"cannot read: {exc.strerror}") from None
+    if len(raw) > max_bytes:  # grew while we looked (or a device): still refused
+        raise ConfigError(str(p), f"> {max_bytes} bytes", f"larger than {max_bytes} bytes")
     try:
         if p.suffix == ".json":
             return orjson.loads(raw)

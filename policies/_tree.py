@@ -12,6 +12,7 @@ action-schema fingerprint and model id, and are refused for another schema or mo
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import os
@@ -28,7 +29,8 @@ from ._events import EventKey
 
 __all__ = ["PolicyNode", "PolicyTree"]
 
-_FORMAT = "forethought.policy-tree/1"
+_FORMAT = "forethought.policy-tree/2"
+"""Version 2 adds a SHA-256 checksum of the nodes; version 1 files are refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,17 +251,21 @@ class PolicyTree:
         """Write a snapshot atomically: a crash leaves the old file or the new, never a mix."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
+        nodes = orjson.dumps([n.to_row() for n in self._index.values()])
         payload = orjson.dumps(
             {
                 "format": _FORMAT,
                 "schema": schema,
                 "model": model_id,
                 "version": self._version,
-                "nodes": [n.to_row() for n in self._index.values()],
+                "checksum": hashlib.sha256(nodes).hexdigest(),
+                "nodes": orjson.Fragment(nodes),
             }
         )
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
+        # Owner-only: a snapshot is a list of actions the robot will take.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
@@ -300,6 +306,9 @@ class PolicyTree:
             raise SnapshotError(
                 where, "mismatch", f"made with model {stored_model!r}, not {model_id!r}"
             )
+        checksum = hashlib.sha256(orjson.dumps(rows)).hexdigest()
+        if data.get("checksum") != checksum:
+            raise SnapshotError(where, "corrupt", "the nodes do not match their checksum")
         tree = cls(max_nodes=max_nodes, on_evict=on_evict)
         try:
             for row in rows:

@@ -6,9 +6,17 @@ import textwrap
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
-from forethought.policies import EventKey, PolicyNode, PolicyTree, SnapshotError
+from forethought.policies import (
+    ConfigError,
+    EventKey,
+    PolicyNode,
+    PolicyTree,
+    SnapshotError,
+    load_document,
+)
 
 
 def node(
@@ -152,3 +160,27 @@ def test_a_process_killed_mid_save_leaves_old_or_new(tmp_path: Path) -> None:
         tree = PolicyTree.load(path, schema="abc", model_id="m", max_nodes=100_000)
         assert len(tree) == 20_001
         assert tree.lookup("gen", EventKey("g", ())) is not None
+
+
+def test_snapshot_is_owner_only_and_checked_against_its_checksum(tmp_path: Path) -> None:
+    tree = PolicyTree()
+    tree.insert(
+        PolicyNode("s", EventKey("e", (("x", 1.5),)), {"a": "go"}, "{}", 0.5, "m", 3, 0.1, 1.0)
+    )
+    path = tmp_path / "tree.json"
+    tree.save(path, schema="s1", model_id="m")
+    assert path.stat().st_mode & 0o777 == 0o600
+    back = PolicyTree.load(path, schema="s1", model_id="m")
+    assert [n.to_row() for n in back.nodes()] == [n.to_row() for n in tree.nodes()]
+    data = orjson.loads(path.read_bytes())
+    data["nodes"][0][2] = {"a": "jump"}  # an action changed behind our back
+    path.write_bytes(orjson.dumps(data))
+    with pytest.raises(SnapshotError, match="checksum"):
+        PolicyTree.load(path, schema="s1", model_id="m")
+
+
+def test_spec_files_have_a_size_limit_checked_before_parsing(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_text("name: x\n" + "#" * 2048)
+    with pytest.raises(ConfigError, match="larger than 1024 bytes"):
+        load_document(big, max_bytes=1024)
