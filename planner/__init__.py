@@ -12,10 +12,12 @@ from ._calibration import Calibration, calibration, markov_bound
 from ._clock import Clock, LoopClock, MonotonicClock, Pass, PassKind
 from ._decode_run import DecodeResult, RowResult, ScoreResult
 from ._decoding import Decoder
+from ._drift import StateDrift
 from ._forecaster import Forecaster
 from ._gate import ModelGate
 from ._grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
 from ._latency import LatencyModel, LatencyPredictor, LatencyProfile, Prediction
+from ._lookahead import Expected, look_ahead
 from ._model_source import (
     DEFAULT_MODEL,
     LoadedModel,
@@ -39,6 +41,7 @@ __all__ = [
     "DecodeOptions",
     "DecodeResult",
     "Decoder",
+    "Expected",
     "Forecaster",
     "Generation",
     "GenerationStatus",
@@ -68,12 +71,14 @@ __all__ = [
     "Scores",
     "ScriptMode",
     "ScriptedBackend",
+    "StateDrift",
     "TransformersBackend",
     "XGrammarEngine",
     "cache_root",
     "calibration",
     "describe_format",
     "load_model",
+    "look_ahead",
     "make_engine",
     "markov_bound",
     "resolve_model",

@@ -22,7 +22,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ._errors import InvalidAction, SchemaError
-from ._validator import ActionValidator
+from ._validator import ActionValidator, json_pointer
 
 __all__ = ["ActionForm", "ActionSchema"]
 
@@ -87,20 +87,6 @@ def derive_aliases(
     return out
 
 
-def _pointer(root: Any, ref: str) -> Any:
-    """The subschema a local JSON pointer (``#/a/b``) names, or None."""
-    node = root
-    for raw in ref[2:].split("/") if ref != "#" else []:
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
-
-
 def _inline_refs(schema: Any, root: Any, seen: tuple[str, ...] = ()) -> Any:
     """``schema`` with local ``$ref`` pointers replaced by what they name, for the grammar.
 
@@ -113,7 +99,7 @@ def _inline_refs(schema: Any, root: Any, seen: tuple[str, ...] = ()) -> Any:
         body = {k: _inline_refs(v, root, seen) for k, v in out.items()}
         if ref is None:
             return body
-        target = _pointer(root, ref) if str(ref).startswith("#/") or ref == "#" else None
+        target = json_pointer(root, ref) if str(ref).startswith("#/") or ref == "#" else None
         if target is None or ref in seen or isinstance(target, bool):
             return body  # relaxed: the validator checks the reference
         resolved = _inline_refs(target, root, (*seen, ref))

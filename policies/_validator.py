@@ -117,19 +117,24 @@ _SCHEMA_VALUES = frozenset(
 )
 
 
-def _resolves(root: Any, ref: str) -> bool:
-    if not ref.startswith("#/"):
-        return True  # "#" or an anchor: the validator resolves it (or fails at load)
+def json_pointer(root: Any, ref: str) -> Any:
+    """What the local reference ``#/a/b`` (or ``#``) names in ``root``, or None."""
     node = root
-    for raw in ref[2:].split("/"):
+    for raw in ref[2:].split("/") if ref != "#" else []:
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, Mapping) and part in node:
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            return False
-    return True
+            return None
+    return node
+
+
+def _resolves(root: Any, ref: str) -> bool:
+    if not ref.startswith("#/"):
+        return True  # "#" or an anchor: the validator resolves it (or fails at load)
+    return json_pointer(root, ref) is not None
 
 
 def _problem(key: str, value: Any, root: bool, doc: Any) -> str | None:

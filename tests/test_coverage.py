@@ -19,13 +19,13 @@ from forethought.planner import (
     Planner,
     PlannerConfig,
     ScriptedBackend,
+    StateDrift,
     TransformersBackend,
     calibration,
+    look_ahead,
     markov_bound,
     state_context,
 )
-from forethought.planner._drift import StateDrift
-from forethought.planner._lookahead import look_ahead
 from forethought.policies import (
     ActionSchema,
     AgentSpec,
@@ -81,6 +81,41 @@ def spec_data(**extra: Any) -> dict[str, Any]:
         "events": EVENTS,
         **extra,
     }
+
+
+def make_planner(
+    backend: Any,
+    space: EventSpace,
+    schema: ActionSchema,
+    *,
+    tree: PolicyTree | None = None,
+    state: WorldState | None = None,
+    description: str = "You steer a warehouse robot.",
+    **kw: Any,
+) -> Planner:
+    """A planner on a fresh forecaster and gate (the tests vary the rest)."""
+    return Planner(
+        backend=backend,
+        gate=ModelGate(),
+        space=space,
+        schema=schema,
+        tree=PolicyTree() if tree is None else tree,
+        forecaster=Forecaster(space),
+        description=description,
+        state=WorldState({}) if state is None else state,
+        **kw,
+    )
+
+
+async def plan_until_idle(planner: Planner) -> None:
+    """Run the planner until it has nothing valuable left, then stop it."""
+    run = asyncio.create_task(planner.run())
+    try:
+        await asyncio.wait_for(planner.wait_idle(), 120)
+    finally:
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
 
 
 # -- state abstraction ---------------------------------------------------------------------------
@@ -248,14 +283,11 @@ async def test_planner_plans_the_next_state_on_the_tiny_model(
     a = abstraction(tolerance=None)
     start = WorldState({"zone": "aisle", "battery": 0.55}, abstraction=a)
     tree = PolicyTree(max_nodes=500)
-    planner = Planner(
-        backend=running_tiny,
-        gate=ModelGate(),
-        space=space,
-        schema=robot_schema,
+    planner = make_planner(
+        running_tiny,
+        space,
+        robot_schema,
         tree=tree,
-        forecaster=Forecaster(space),
-        description="You steer a warehouse robot.",
         state=start,
         config=PlannerConfig(batch_size=4, horizon=12, cost_weight=0.0, min_value=0.02),
     )
@@ -267,13 +299,7 @@ async def test_planner_plans_the_next_state_on_the_tiny_model(
         nxt = state.patched({"battery": round(state.get("battery") - 0.1, 2)})
         planner.set_state(nxt, external=True)
         state = nxt
-    run = asyncio.create_task(planner.run())
-    try:
-        await asyncio.wait_for(planner.wait_idle(), 120)
-    finally:
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
+    await plan_until_idle(planner)
     lower = state.patched({"battery": round(state.get("battery") - 0.1, 2)})
     planned = {(n.fingerprint, n.key) for n in tree.nodes()}
     for to in ("a", "b"):  # ready before the battery gets there
@@ -337,15 +363,12 @@ async def test_branches_below_their_cost_are_not_planned() -> None:
     async with ScriptedBackend(step_s=0.05, prefill_per_token_s=0.002) as backend:
 
         def planner(weight: float) -> Planner:
-            return Planner(
-                backend=backend,
-                gate=ModelGate(),
-                space=space,
-                schema=schema,
-                tree=PolicyTree(),
-                forecaster=Forecaster(space),
-                description="d",
+            return make_planner(
+                backend,
+                space,
+                schema,
                 state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
+                description="d",
                 config=PlannerConfig(horizon=1, cost_weight=weight),
             )
 
@@ -422,26 +445,17 @@ async def test_planner_writes_branches_by_scoring_on_the_tiny_model(
     assert len(cands) == 6
     space = EventSpace.from_specs(EVENTS)
     tree = PolicyTree()
-    planner = Planner(
-        backend=running_tiny,
-        gate=ModelGate(),
-        space=space,
-        schema=schema,
+    planner = make_planner(
+        running_tiny,
+        space,
+        schema,
         tree=tree,
-        forecaster=Forecaster(space),
-        description="You steer a warehouse robot.",
         state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
         config=PlannerConfig(method="score", horizon=1, min_value=0.05, cost_weight=0.0),
         candidates=cands,
     )
     assert planner.method() == "score"
-    run = asyncio.create_task(planner.run())
-    try:
-        await asyncio.wait_for(planner.wait_idle(), 120)
-    finally:
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
+    await plan_until_idle(planner)
     nodes = list(tree.nodes())
     readable = [schema.readable(c) for c in cands]
     assert len(nodes) == planner.stats.scored == planner.stats.branches > 0
@@ -460,15 +474,11 @@ async def test_auto_picks_the_cheaper_way_per_device() -> None:
     space = EventSpace.from_specs(EVENTS)
 
     def planner(backend: ScriptedBackend) -> Planner:
-        return Planner(
-            backend=backend,
-            gate=ModelGate(),
-            space=space,
-            schema=schema,
-            tree=PolicyTree(),
-            forecaster=Forecaster(space),
+        return make_planner(
+            backend,
+            space,
+            schema,
             description="d",
-            state=WorldState({}),
             candidates=cands,
         )
 
@@ -483,15 +493,11 @@ async def test_auto_picks_the_cheaper_way_per_device() -> None:
         p = planner(cpu)
         assert p.method() == "generate"
     with pytest.raises(ConfigError, match=r"planner\.method"):
-        Planner(
-            backend=gpu,
-            gate=ModelGate(),
-            space=space,
-            schema=schema,
-            tree=PolicyTree(),
-            forecaster=Forecaster(space),
+        make_planner(
+            gpu,
+            space,
+            schema,
             description="d",
-            state=WorldState({}),
             config=PlannerConfig(method="score"),
         )
 
@@ -531,15 +537,12 @@ async def test_planner_skips_a_key_whose_grid_neighbour_answers_it() -> None:
     schema = ActionSchema.from_json_schema(spec_data()["action"])
     tree = PolicyTree()
     async with ScriptedBackend() as backend:
-        planner = Planner(
-            backend=backend,
-            gate=ModelGate(),
-            space=space,
-            schema=schema,
+        planner = make_planner(
+            backend,
+            space,
+            schema,
             tree=tree,
-            forecaster=Forecaster(space),
             description="d",
-            state=WorldState({}),
             config=PlannerConfig(horizon=4, cost_weight=0.0),
         )
         assert len(planner.candidates()) == 4

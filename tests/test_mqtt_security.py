@@ -101,84 +101,33 @@ def _ca(d: Path, name: str) -> None:
     )
 
 
-def _leaf(d: Path, name: str, ca: str, san: str) -> None:
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        f"{name}.key",
-        "-out",
-        f"{name}.csr",
-        "-subj",
-        f"/CN={name}",
-        cwd=d,
-    )
+def _request(d: Path, name: str, san: str) -> None:
+    """A key and a certificate request for ``name`` with ``san`` as its subjectAltName."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+             "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)  # fmt: skip
     (d / f"{name}.ext").write_text(f"subjectAltName={san}\n")
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        f"{name}.csr",
-        "-CA",
-        f"{ca}.crt",
-        "-CAkey",
-        f"{ca}.key",
-        "-CAcreateserial",
-        "-out",
-        f"{name}.crt",
-        "-days",
-        "2",
-        "-extfile",
-        f"{name}.ext",
-        cwd=d,
-    )
+
+
+def _leaf(d: Path, name: str, ca: str, san: str) -> None:
+    _request(d, name, san)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile",
+             f"{name}.ext", cwd=d)  # fmt: skip
 
 
 def _expired(d: Path, name: str, ca: str, san: str) -> None:
     """A certificate valid for one day in 2020 (``openssl ca`` sets the dates)."""
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        f"{name}.key",
-        "-out",
-        f"{name}.csr",
-        "-subj",
-        f"/CN={name}",
-        cwd=d,
-    )
-    (d / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+    _request(d, name, san)
     (d / "index.txt").write_text("")
     (d / "serial").write_text("1000\n")
     (d / "ca.cnf").write_text(
         "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\n"
         "serial = serial\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n"
     )
-    _openssl(
-        "ca",
-        "-batch",
-        "-config",
-        "ca.cnf",
-        "-cert",
-        f"{ca}.crt",
-        "-keyfile",
-        f"{ca}.key",
-        "-in",
-        f"{name}.csr",
-        "-out",
-        f"{name}.crt",
-        "-startdate",
-        "20200101000000Z",
-        "-enddate",
-        "20200102000000Z",
-        "-extfile",
-        f"{name}.ext",
-        cwd=d,
-    )
+    _openssl("ca", "-batch", "-config", "ca.cnf", "-cert", f"{ca}.crt", "-keyfile",
+             f"{ca}.key", "-in", f"{name}.csr", "-out", f"{name}.crt", "-startdate",
+             "20200101000000Z", "-enddate", "20200102000000Z", "-extfile", f"{name}.ext",
+             cwd=d)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
