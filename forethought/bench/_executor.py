@@ -104,7 +104,9 @@ async def _mqtt_run(
 ) -> dict[str, Any]:
     bus = MqttBus(url=f"mqtt://127.0.0.1:{port}", agent_id="bench")
     # The planner generates throughout here too (min_value 0: every uncovered key is work).
-    cfg = AgentConfig.defaults(planner=PlannerConfig(batch_size=4, horizon=1, min_value=0.0))
+    cfg = AgentConfig.defaults(
+        planner=PlannerConfig(batch_size=4, horizon=1, min_value=0.0, cost_weight=0.0)
+    )
     agent = Agent(spec, backend=backend, bus=bus, config=cfg)
     sent: dict[str, float] = {}
     rtt: list[float] = []
@@ -170,7 +172,9 @@ async def _one_mode(
     broker: MosquittoBroker | None,
 ) -> dict[str, Any]:
     spec = AgentSpec.from_data(SPEC)
-    cfg = AgentConfig.defaults(planner=PlannerConfig(batch_size=4, horizon=1, min_value=0.0))
+    cfg = AgentConfig.defaults(
+        planner=PlannerConfig(batch_size=4, horizon=1, min_value=0.0, cost_weight=0.0)
+    )
     out: dict[str, Any] = {}
     async with Agent(spec, backend=backend, config=cfg) as agent:
         assert agent.planner is not None
