@@ -142,9 +142,9 @@ class Forecaster:
     ) -> list[tuple[EventKey, float]]:
         """The ``k`` most likely next keys with their probabilities, most likely first."""
         p = self.distribution(fingerprint, previous, use_previous=use_previous)
-        k = min(k, len(p))
-        idx = np.argpartition(-p, k - 1)[:k]
-        idx = idx[np.argsort(-p[idx], kind="stable")]
+        # A stable order: among equally likely keys the first declared wins, as in the
+        # planner's ranking, so "the k most likely" names the branches it writes first.
+        idx = np.argsort(-p, kind="stable")[: min(k, len(p))]
         return [(self._keys[i], float(p[i])) for i in idx]
 
     def coverage(self, fingerprint: str, answered: Callable[[EventKey], bool]) -> float:
