@@ -420,9 +420,11 @@ class Executor:
         self, action: BaseModel, skipped: list[tuple[str, str]], tier: str
     ) -> dict[str, Any] | None:
         """The readable action when the validator of record accepts it, else None."""
+        readable = self._schema.readable(action)
         try:
-            return self._schema.readable(self._schema.validate(self._schema.readable(action)))
+            self._schema.validate(readable)
         except ForethoughtError:
             self.stats.invalid += 1
             skipped.append((tier, "invalid action"))
             return None
+        return readable
