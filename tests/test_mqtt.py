@@ -129,6 +129,23 @@ async def test_v5_response_topic_and_correlation(broker: Broker, agent_id: str) 
         assert reply["props"].CorrelationData == b"corr-42"
 
 
+async def test_a_response_topic_outside_the_agents_prefix_is_not_published_to(
+    broker: Broker, agent_id: str
+) -> None:
+    async with running(broker, agent_id) as (_agent, bus, listener, client):
+        await client.subscribe("forethought/victim/#", qos=1)
+        props = Properties(PacketTypes.PUBLISH)
+        props.ResponseTopic = "forethought/victim/inbox"
+        await client.publish(
+            f"forethought/{agent_id}/events/ping", event(3), qos=1, properties=props
+        )
+        (action,) = await listener.wait("actions")  # decided, on its own actions topic
+        assert action["body"]["id"] == "e3"
+        await asyncio.sleep(0.3)
+        assert "inbox" not in listener.got  # nothing published under another agent
+        assert bus.stats.replies_refused == 1
+
+
 async def test_bad_payloads_are_reported_and_the_next_event_is_decided(
     broker: Broker, agent_id: str
 ) -> None:
