@@ -326,16 +326,28 @@ class Planner:
         return 1 + int(batch_s / gap)
 
     def branch_cost(self) -> float:
-        """A branch's cost in events: those expected to arrive while the model writes it.
+        """A branch's cost: the live-tier work it displaces, in events.
 
-        Model seconds per branch (a full batch's predicted time, shared by its rows) over the
-        mean gap between events. Zero until the gap is known: a fresh agent plans freely.
+        The events expected to arrive while the model writes it (model seconds per branch, a
+        full batch's predicted time shared by its rows, over the mean gap), times the share of
+        them the live tiers could answer in time: only those lose anything to planning. With
+        no live tier, or a model too slow for every deadline, planning displaces nothing and
+        costs nothing. Zero until the gap is known: a fresh agent plans freely.
         """
         gap = self._mean_gap_s if self._mean_gap_s is not None else self._config.prior_gap_s
-        if gap is None or gap <= 0 or self._config.cost_weight == 0:
+        if gap is None or gap <= 0 or self._config.cost_weight == 0 or not self._live_tiers:
+            return 0.0
+        urgency = self._urgencies()
+        p_type = self._forecaster.type_distribution(self._state.fingerprint)
+        live_share = sum(
+            float(p)
+            for name, p in zip(self._space.types, p_type, strict=True)
+            if urgency[name] < 1.0
+        )
+        if live_share == 0.0:
             return 0.0
         seconds = self.seconds_per_branch()[self.method()]
-        return self._config.cost_weight * seconds / gap
+        return self._config.cost_weight * seconds / gap * live_share
 
     def candidates(self) -> list[Branch]:
         """Uncovered branches worth planning, most valuable first.

@@ -358,11 +358,13 @@ def test_calibration_scores_known_distributions() -> None:
 
 
 async def test_branches_below_their_cost_are_not_planned() -> None:
-    space = EventSpace.from_specs(EVENTS)
+    # Deadlines of 2 s: a live call (prefill + 8 steps of 20 ms) fits, so planning displaces it.
+    events = [{**e, "deadline_ms": 2000} for e in EVENTS]
+    space = EventSpace.from_specs(events)
     schema = ActionSchema.from_json_schema(spec_data()["action"])
-    async with ScriptedBackend(step_s=0.05, prefill_per_token_s=0.002) as backend:
+    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
 
-        def planner(weight: float) -> Planner:
+        def planner(weight: float, **kw: Any) -> Planner:
             return make_planner(
                 backend,
                 space,
@@ -370,21 +372,35 @@ async def test_branches_below_their_cost_are_not_planned() -> None:
                 state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
                 description="d",
                 config=PlannerConfig(horizon=1, cost_weight=weight),
+                **kw,
             )
 
-        free, costly = planner(0.0), planner(1.0)
+        free, costly, no_live = planner(0.0), planner(1.0), planner(1.0, live_tiers=False)
         assert costly.branch_cost() == 0.0  # the event rate is not known yet: plan freely
-        for p in (free, costly):
+        for p in (free, costly, no_live):
             p.observe(None)
         await asyncio.sleep(0.2)  # two events 0.2 s apart: now the planner knows the rate
-        for p in (free, costly):
+        for p in (free, costly, no_live):
             p.observe(None)
         assert costly.branch_cost() > 0.1
         assert free.branch_cost() == 0.0
+        assert no_live.branch_cost() == 0.0  # no live tier: planning displaces nothing
         kept = {(b.key, round(b.value, 9)) for b in costly.candidates()}
         assert kept < {(b.key, round(b.value, 9)) for b in free.candidates()}
         assert all(v >= costly.branch_cost() for _, v in kept)
         assert costly.stats.below_cost > 0
+
+
+async def test_a_model_too_slow_for_every_deadline_plans_at_no_cost() -> None:
+    space = EventSpace.from_specs(EVENTS)  # deadlines 100-300 ms
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    async with ScriptedBackend(step_s=0.2, prefill_per_token_s=0.002) as backend:
+        p = make_planner(backend, space, schema, config=PlannerConfig(horizon=1))
+        p.observe(None)
+        await asyncio.sleep(0.05)
+        p.observe(None)
+        assert p.seconds_per_branch()["generate"] / 0.05 > 1  # it would "cost" events...
+        assert p.branch_cost() == 0.0  # ...but no live call fits a deadline: none is displaced
 
 
 # -- the generator and the large scenario --------------------------------------------------------
