@@ -65,9 +65,9 @@ class PlannerConfig(BaseModel):
     min_value: float = Field(default=1e-3, ge=0)
     """Branches worth less than this are not planned: the planner sleeps instead."""
     cost_weight: float = Field(default=1.0, ge=0)
-    """A branch is planned only when its value exceeds ``cost_weight`` x its cost: the events
-    expected to arrive while the model writes it (model seconds per branch / mean gap), each
-    finding the model busy. 0: plan everything above ``min_value``."""
+    """A branch is planned only when its value exceeds ``cost_weight`` x its cost: the
+    live-tier work it displaces (:meth:`Planner.branch_cost`). 0: plan everything above
+    ``min_value``."""
     method: Literal["auto", "generate", "score"] = "auto"
     """How branches are written: ``generate`` (constrained generation, a batch of branches
     sharing one prefix), ``score`` (one forward pass ranks every candidate action for one
@@ -98,8 +98,11 @@ class Branch:
     value: float
     """``probability`` x urgency."""
     next_fingerprint: str | None
-    fingerprint: str = ""
-    """The fingerprint the branch is stored under (the state as its event type sees it)."""
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint the branch is stored under (the state as its event type sees it)."""
+        return self.state.fingerprint_for(self.key.type)
 
 
 @dataclass(slots=True)
@@ -113,7 +116,8 @@ class PlannerStats:
     scored: int = 0
     """Branches written by scoring candidates (the rest were generated)."""
     below_cost: int = 0
-    """Times a ranking stopped at a branch whose value did not cover its cost."""
+    """Branches left out of a ranking because their value did not cover their cost (counted
+    once per ranking they were left out of)."""
     errors: dict[str, int] = field(default_factory=dict)
     cancelled: int = 0
     busy_s: float = 0.0
@@ -307,23 +311,30 @@ class Planner:
             out["score"] = lat.prefill(32 + self._cand_tokens).p50
         return out
 
+    def _writing(self) -> tuple[str, float]:
+        """The way branches are written now and its predicted seconds per branch."""
+        costs = self.seconds_per_branch()
+        way: str = self._config.method
+        if way == "auto":
+            way = min(costs, key=costs.__getitem__)
+        return way, costs[way]
+
     def method(self) -> str:
         """How the next branches are written (``auto`` resolved by :meth:`seconds_per_branch`)."""
-        if self._config.method != "auto":
-            return self._config.method
-        costs = self.seconds_per_branch()
-        return min(costs, key=costs.__getitem__)
+        return self._writing()[0]
 
     def catch_up_events(self) -> int | None:
         """Events that arrive after a state change before the planner has written a batch there.
 
         None while the event rate is unknown: then it plans ahead fully.
         """
+        return self._catch_up(self._writing()[1])
+
+    def _catch_up(self, seconds_per_branch: float) -> int | None:
         gap = self._mean_gap_s
         if gap is None or gap <= 0:
             return None
-        batch_s = self.seconds_per_branch()[self.method()] * self._batch_size()
-        return 1 + int(batch_s / gap)
+        return 1 + int(seconds_per_branch * self._batch_size() / gap)
 
     def branch_cost(self) -> float:
         """A branch's cost: the live-tier work it displaces, in events.
@@ -334,10 +345,12 @@ class Planner:
         no live tier, or a model too slow for every deadline, planning displaces nothing and
         costs nothing. Zero until the gap is known: a fresh agent plans freely.
         """
+        return self._cost(self._urgencies(), self._writing()[1])
+
+    def _cost(self, urgency: dict[str, float], seconds_per_branch: float) -> float:
         gap = self._mean_gap_s if self._mean_gap_s is not None else self._config.prior_gap_s
         if gap is None or gap <= 0 or self._config.cost_weight == 0 or not self._live_tiers:
             return 0.0
-        urgency = self._urgencies()
         p_type = self._forecaster.type_distribution(self._state.fingerprint)
         live_share = sum(
             float(p)
@@ -346,8 +359,7 @@ class Planner:
         )
         if live_share == 0.0:
             return 0.0
-        seconds = self.seconds_per_branch()[self.method()]
-        return self._config.cost_weight * seconds / gap * live_share
+        return self._config.cost_weight * seconds_per_branch / gap * live_share
 
     def candidates(self) -> list[Branch]:
         """Uncovered branches worth planning, most valuable first.
@@ -360,8 +372,9 @@ class Planner:
         now = self._now()
         cfg = self._config
         urgency = self._urgencies()
-        cost = self.branch_cost()
-        floor = max(cfg.min_value, cost)
+        # The model-time figures once per ranking: this runs on the loop after every event.
+        seconds = self._writing()[1]
+        floor = max(cfg.min_value, self._cost(urgency, seconds))
         out: list[Branch] = []
         for e in look_ahead(
             self._state,
@@ -369,7 +382,7 @@ class Planner:
             space=self._space,
             drift=self._drift,
             horizon=cfg.horizon,
-            catch_up=self.catch_up_events(),
+            catch_up=self._catch_up(seconds),
         ):
             value = e.p_used * urgency[e.key.type]
             if value < floor:
@@ -381,7 +394,7 @@ class Planner:
             retry = self._retry_at.get((e.fingerprint, e.key))
             if retry is not None and retry[0] > now:
                 continue
-            out.append(Branch(e.state, e.key, e.p_used, value, e.next_fingerprint, e.fingerprint))
+            out.append(Branch(e.state, e.key, e.p_used, value, e.next_fingerprint))
         out.sort(key=lambda b: -b.value)
         return out
 
