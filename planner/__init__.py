@@ -24,12 +24,14 @@ from ._model_source import (
     ModelSource,
     cache_root,
     load_model,
+    load_tokenizer,
     resolve_model,
 )
 from ._planner import Branch, Planner, PlannerConfig, PlannerStats
 from ._process import ProcessBackend
 from ._prompt import Prompt, PromptEncoder, describe_format, state_context
 from ._scripted import ScriptedBackend, ScriptMode
+from ._server import ServerBackend, ServerLatency, is_server_url, parse_server_url
 from ._transformers import TransformersBackend
 
 __all__ = [
@@ -71,16 +73,21 @@ __all__ = [
     "Scores",
     "ScriptMode",
     "ScriptedBackend",
+    "ServerBackend",
+    "ServerLatency",
     "StateDrift",
     "TransformersBackend",
     "XGrammarEngine",
     "cache_root",
     "calibration",
     "describe_format",
+    "is_server_url",
     "load_model",
+    "load_tokenizer",
     "look_ahead",
     "make_engine",
     "markov_bound",
+    "parse_server_url",
     "resolve_model",
     "state_context",
 ]

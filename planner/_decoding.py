@@ -51,6 +51,21 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
     return n
 
 
+def split_candidates(candidates: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
+    """The tokens every candidate shares (the head) and each one's own tail.
+
+    A candidate's score is the log-likelihood of its tail after the head: the head is the same
+    for all, so leaving it out changes no ranking (every backend scores this same quantity).
+    When one candidate is a prefix of another, each keeps one token of its tail.
+    """
+    lcp = _common_prefix(candidates)
+    tails = [list(c[lcp:]) for c in candidates]
+    if any(not t for t in tails):
+        lcp = max(lcp - 1, 0)
+        tails = [list(c[lcp:]) for c in candidates]
+    return list(candidates[0][:lcp]), tails
+
+
 class Cancelled(Exception):
     pass
 
@@ -327,12 +342,8 @@ class Decoder:
         once with the call's own tokens; then one pass over all candidates' distinct tails.
         """
         started = self._clock.now()
-        lcp = _common_prefix(candidates)
-        tails = [list(c[lcp:]) for c in candidates]
-        if any(not t for t in tails):  # one candidate is a prefix of another: keep a token each
-            lcp = max(lcp - 1, 0)
-            tails = [list(c[lcp:]) for c in candidates]
-        head = [*own_ids, *candidates[0][:lcp]]
+        shared, tails = split_candidates(candidates)
+        head = [*own_ids, *shared]
         progress = [GenerationStatus.NOT_STARTED]
         scores: list[float] | None = None
         try:

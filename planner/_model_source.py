@@ -27,6 +27,7 @@ __all__ = [
     "ModelSource",
     "cache_root",
     "load_model",
+    "load_tokenizer",
     "resolve_model",
 ]
 
@@ -216,3 +217,25 @@ def load_model(
         converted=converted,
         conversion_seconds=conversion,
     )
+
+
+def load_tokenizer(source: ModelSource, *, cache_dir: Path | None = None) -> Any:
+    """Only the tokenizer of ``source`` (a converted GGUF's when cached, else read from it).
+
+    A server backend renders and tokenizes prompts on our side with it, so the shared state
+    prefix is the same token ids on every call and the server's prefix cache hits.
+    """
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    try:
+        if source.kind == "gguf":
+            gguf = Path(source.location)
+            target = _gguf_cache_dir(gguf, cache_dir)
+            if (target / "tokenizer_config.json").is_file():
+                return AutoTokenizer.from_pretrained(str(target))
+            return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        return AutoTokenizer.from_pretrained(source.location)
+    except OSError as exc:
+        raise ModelNotFound(
+            "tokenizer", source.name, f"no tokenizer there (no downloads at run time): {exc}"
+        ) from None

@@ -114,6 +114,11 @@ class PromptEncoder:
         prefix, after = hit
         return prefix, self._ids(prompt.event + after)
 
+    def decode(self, ids: list[int]) -> str:
+        """The text of generated token ids (special tokens left out)."""
+        text: str = self._tok.decode(ids, skip_special_tokens=True)
+        return text
+
     def encode_action(self, text: str) -> list[int]:
         """Token ids of an action's JSON text as the model would continue with it."""
         return self._ids(text)

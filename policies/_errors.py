@@ -17,6 +17,12 @@
      ├── SnapshotError                 a policy-tree snapshot that is corrupt or made for another
      │                                 schema or model (``reason``)
      ├── BackendError                  the model failed while running (``retryable``)
+     │    └── ServerError              an inference server's call failed (``endpoint``,
+     │         │                       ``status``)
+     │         ├── ServerUnavailable   refused, reset, or closed mid-stream: nothing came back
+     │         ├── ServerRejected      a 4xx: the server refused this request (a grammar it
+     │         │                       cannot parse, a prompt too long); not retryable as is
+     │         └── ServerReplyError    a 5xx, or a body that is not the protocol's JSON
      └── NoDecision (TimeoutError)     no decision came back in time (``forethought send``)
 
 Configuration errors are raised where the bad value enters, before anything runs; input errors
@@ -46,6 +52,10 @@ __all__ = [
     "NotStarted",
     "PromptTooLong",
     "SchemaError",
+    "ServerError",
+    "ServerRejected",
+    "ServerReplyError",
+    "ServerUnavailable",
     "SnapshotError",
     "first_problem",
 ]
@@ -162,6 +172,34 @@ class BackendError(ForethoughtError):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class ServerError(BackendError):
+    """Raised when a call to an inference server fails; ``status`` is the HTTP status, if any."""
+
+    def __init__(
+        self, endpoint: str, problem: str, *, status: int | None = None, retryable: bool = True
+    ) -> None:
+        code = f" (HTTP {status})" if status is not None else ""
+        super().__init__(f"{endpoint}: {problem}{code}", retryable=retryable)
+        self.endpoint = endpoint
+        self.status = status
+        self.problem = problem
+
+
+class ServerUnavailable(ServerError):
+    """Raised when the server cannot be reached, or the connection drops before the answer."""
+
+
+class ServerRejected(ServerError):
+    """Raised when the server refuses the request itself (a 4xx): retrying it unchanged fails."""
+
+    def __init__(self, endpoint: str, problem: str, *, status: int | None = None) -> None:
+        super().__init__(endpoint, problem, status=status, retryable=False)
+
+
+class ServerReplyError(ServerError):
+    """Raised when the server fails (a 5xx) or answers with something that is not its protocol."""
 
 
 def first_problem(exc: ValidationError, prefix: str = "") -> tuple[str, object, str]:

@@ -6,6 +6,17 @@ over a real Mosquitto). Figures are ratios measured side by side in one run.
 """
 
 from ._broker import MosquittoBroker, free_port, mosquitto_path
+from ._llama_server import LLAMA_CPP_VERSION, LlamaServer, build_llama_server, llama_server_path
 from ._suites import BENCH_ACTION, run_bench
 
-__all__ = ["BENCH_ACTION", "MosquittoBroker", "free_port", "mosquitto_path", "run_bench"]
+__all__ = [
+    "BENCH_ACTION",
+    "LLAMA_CPP_VERSION",
+    "LlamaServer",
+    "MosquittoBroker",
+    "build_llama_server",
+    "free_port",
+    "llama_server_path",
+    "mosquitto_path",
+    "run_bench",
+]

@@ -1,0 +1,302 @@
+"""GBNF: the compact action grammar in the form llama.cpp's server (and xgrammar) reads.
+
+Servers have JSON-Schema modes of their own, but they allow whitespace between tokens and
+write numbers and strings without bound, so a small model pads its answer and a number can
+run until ``max_new_tokens``. :func:`action_gbnf` writes the grammar of one compact schema
+(:meth:`ActionSchema.json_schema`) with:
+
+* no whitespace anywhere (the compact form's ``","`` and ``":"``);
+* object properties in declared order, optional ones optional;
+* numbers with bounded digits: the integer part has at most as many digits as the schema's
+  ``minimum``/``maximum`` allow (else :attr:`OutputBounds.integer_digits`), the fraction at most
+  ``x-decimals`` (from ``multipleOf`` = 10^-k) or :attr:`OutputBounds.decimals` digits, and no
+  exponent;
+* strings of at most ``maxLength`` (else :attr:`OutputBounds.string_chars`) characters, arrays
+  of at most ``maxItems`` (else :attr:`OutputBounds.array_items`) items.
+
+The bounds only narrow what may be written; every parsed action is still validated against the
+schema as the user wrote it, which decides (``pattern`` and numeric ranges included).
+
+:func:`token_gbnf` writes a grammar of exact token ids (``<[id]>``), which is how a candidate
+action is scored on a server: a string literal would be re-tokenized by the server and could
+come out as other tokens than the ones whose likelihood we want.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = ["OutputBounds", "action_gbnf", "max_output_chars", "token_gbnf"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputBounds:
+    """Limits on what a generated value may spell out where the schema sets none."""
+
+    decimals: int = 3
+    integer_digits: int = 12
+    string_chars: int = 64
+    array_items: int = 16
+
+
+def _literal(text: str) -> str:
+    """A GBNF string literal matching ``text`` exactly."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _json_literal(value: Any) -> str:
+    return _literal(orjson.dumps(value).decode())
+
+
+def _repeat(atom: str, low: int, high: int) -> str:
+    if high <= 0:
+        return ""
+    if low == high:
+        return f"{atom}{{{low}}}"
+    return f"{atom}{{{low},{high}}}"
+
+
+def _digits_for(bound: Any) -> int | None:
+    if isinstance(bound, bool) or not isinstance(bound, int | float) or not math.isfinite(bound):
+        return None
+    return max(len(str(int(abs(bound)))), 1)
+
+
+class _Grammar:
+    """Rules by name, each body written once (equal bodies share one rule)."""
+
+    def __init__(self, bounds: OutputBounds) -> None:
+        self.bounds = bounds
+        self.rules: dict[str, str] = {}
+        self._by_body: dict[str, str] = {}
+
+    def rule(self, hint: str, body: str) -> str:
+        name = self._by_body.get(body)
+        if name is not None:
+            return name
+        # GBNF rule names are letters, digits and dashes; property names may be anything.
+        hint = "".join(c if c.isascii() and c.isalnum() else "-" for c in hint) or "r"
+        name = hint
+        n = 1
+        while name in self.rules:
+            n += 1
+            name = f"{hint}{n}"
+        self.rules[name] = body
+        self._by_body[body] = name
+        return name
+
+    # -- primitives ---------------------------------------------------------------------------
+
+    def char(self) -> str:
+        return self.rule("char", r'[^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})')
+
+    def string(self, schema: Mapping[str, Any]) -> str:
+        low = int(schema.get("minLength", 0))
+        high = int(schema.get("maxLength", max(self.bounds.string_chars, low)))
+        inner = _repeat(self.char(), low, high)
+        return self.rule("string", f'"\\"" {inner} "\\""' if inner else '"\\"\\""')
+
+    def integer_part(self, schema: Mapping[str, Any]) -> str:
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        lo = schema.get("exclusiveMinimum", lo) if lo is None else lo
+        hi = schema.get("exclusiveMaximum", hi) if hi is None else hi
+        widths = [_digits_for(b) for b in (lo, hi)]
+        digits = (
+            max(w for w in widths if w is not None)
+            if all(w is not None for w in widths)
+            else self.bounds.integer_digits
+        )
+        sign = '"-"? ' if lo is None or (isinstance(lo, int | float) and lo < 0) else ""
+        tail = f" [1-9] {_repeat('[0-9]', 0, digits - 1)}" if digits > 1 else " [1-9]"
+        return f'{sign}("0" |{tail})'
+
+    def integer(self, schema: Mapping[str, Any]) -> str:
+        return self.rule("integer", self.integer_part(schema))
+
+    def number(self, schema: Mapping[str, Any]) -> str:
+        decimals = int(schema.get("x-decimals", self.bounds.decimals))
+        frac = f' ("." {_repeat("[0-9]", 1, decimals)})?' if decimals > 0 else ""
+        return self.rule("number", f"{self.integer_part(schema)}{frac}")
+
+    # -- structure ----------------------------------------------------------------------------
+
+    def value(self, schema: Any, hint: str = "value") -> str:
+        """The rule name of ``schema``'s values (a boolean or empty schema: any JSON)."""
+        if not isinstance(schema, Mapping) or not schema:
+            return self.any_value()
+        if "const" in schema:
+            return self.rule(hint, _json_literal(schema["const"]))
+        if "enum" in schema:
+            return self.rule(hint, " | ".join(_json_literal(v) for v in schema["enum"]))
+        if "anyOf" in schema:
+            rest = {k: v for k, v in schema.items() if k != "anyOf"}
+            options = [
+                self.value({**rest, **o} if isinstance(o, Mapping) else o, hint)
+                for o in schema["anyOf"]
+            ]
+            return self.rule(hint, " | ".join(dict.fromkeys(options)))
+        kind = schema.get("type")
+        if kind == "object":
+            return self.obj(schema, hint)
+        if kind == "array":
+            return self.array(schema, hint)
+        if kind == "string":
+            return self.string(schema)
+        if kind == "integer":
+            return self.integer(schema)
+        if kind == "number":
+            return self.number(schema)
+        if kind == "boolean":
+            return self.rule("boolean", '"true" | "false"')
+        if kind == "null":
+            return self.rule("null", '"null"')
+        return self.any_value()
+
+    def obj(self, schema: Mapping[str, Any], hint: str) -> str:
+        props: Mapping[str, Any] = schema.get("properties", {})
+        required = set(schema.get("required", []))
+        names = list(props)
+        if not names:
+            return self.rule(hint, '"{" "}"')
+        pairs = [
+            self.rule(f"{hint}-{k}-kv", f'{_json_literal(k)} ":" {self.value(v, f"{hint}-{k}")}')
+            for k, v in props.items()
+        ]
+        # rest[i]: what may follow once the properties before i were written or skipped:
+        # property i, comma-led (optional ones optional), then rest[i + 1].
+        rest = [""] * (len(names) + 1)
+        for i in range(len(names) - 1, 0, -1):
+            step = f'"," {pairs[i]}'
+            own = step if names[i] in required else f"({step})?"
+            rest[i] = self.rule(f"{hint}-rest", f"{own} {rest[i + 1]}".strip())
+        # The first property written: any optional one before the first required one, or
+        # that required one (every property before it skipped).
+        firsts = []
+        for i, name in enumerate(names):
+            firsts.append(f"{pairs[i]} {rest[i + 1]}".strip())
+            if name in required:
+                break
+        inner = " | ".join(firsts)
+        optional = "?" if not required & set(names) else ""
+        return self.rule(hint, f'"{{" ({inner}){optional} "}}"')
+
+    def array(self, schema: Mapping[str, Any], hint: str) -> str:
+        prefix = [self.value(s, f"{hint}-{i}") for i, s in enumerate(schema.get("prefixItems", []))]
+        items = schema.get("items", {})
+        low = int(schema.get("minItems", 0))
+        high = int(schema.get("maxItems", max(self.bounds.array_items, low, len(prefix))))
+        parts = prefix[:high]
+        more_low, more_high = max(low - len(parts), 0), max(high - len(parts), 0)
+        if items is False:
+            more_high = 0
+        body = ' "," '.join(parts)
+        if more_high:
+            item = self.value(items, f"{hint}-item")
+            if parts:
+                body += " " + _repeat(f'("," {item})', more_low, more_high)
+            else:
+                rep = _repeat(f'("," {item})', max(more_low - 1, 0), more_high - 1)
+                body = f"{item} {rep}".strip()
+                if more_low == 0:
+                    body = f"({body})?"
+        return self.rule(hint, f'"[" {body} "]"' if body else '"[" "]"')
+
+    def any_value(self) -> str:
+        if "any" in self.rules:
+            return "any"
+        self.rules["any"] = ""  # reserve the name: the body refers to itself
+        s = self.string({})
+        n = self.number({})
+        key_value = f'{s} ":" any'
+        self.rules["any"] = (
+            f'{s} | {n} | "true" | "false" | "null" | '
+            f'"[" (any ("," any)*)? "]" | "{{" ({key_value} ("," {key_value})*)? "}}"'
+        )
+        return "any"
+
+    def render(self, root: str) -> str:
+        lines = [f"root ::= {root}"]
+        lines += [f"{name} ::= {body}" for name, body in self.rules.items()]
+        return "\n".join(lines) + "\n"
+
+
+def action_gbnf(schema: Mapping[str, Any], bounds: OutputBounds | None = None) -> str:
+    """The GBNF grammar of the compact JSON Schema ``schema``: no whitespace, bounded values."""
+    g = _Grammar(bounds or OutputBounds())
+    return g.render(g.value(schema, "action"))
+
+
+def token_gbnf(token_ids: Sequence[int]) -> str:
+    """A grammar that accepts exactly ``token_ids``, token by token."""
+    if not token_ids:
+        raise ValueError("a token grammar needs at least one token")
+    return "root ::= " + " ".join(f"<[{int(t)}]>" for t in token_ids) + "\n"
+
+
+def max_output_chars(schema: Mapping[str, Any], bounds: OutputBounds | None = None) -> int | None:
+    """The longest compact text the grammar allows, or None where it is unbounded (any JSON)."""
+    return _size(schema, bounds or OutputBounds())
+
+
+def _size(s: Any, b: OutputBounds) -> int | None:
+    if not isinstance(s, Mapping) or not s:
+        return None
+    if "const" in s:
+        return len(orjson.dumps(s["const"]))
+    if "enum" in s:
+        return max(len(orjson.dumps(v)) for v in s["enum"])
+    if "anyOf" in s:
+        rest = {k: v for k, v in s.items() if k != "anyOf"}
+        sizes = [_size({**rest, **o}, b) for o in s["anyOf"]]
+        return None if any(x is None for x in sizes) else max(x or 0 for x in sizes)
+    kind = s.get("type")
+    if kind == "string":
+        return 2 + 6 * int(s.get("maxLength", b.string_chars))  # a \\uXXXX escape each
+    if kind in ("integer", "number"):
+        frac = 1 + int(s.get("x-decimals", b.decimals)) if kind == "number" else 0
+        return 1 + b.integer_digits + frac
+    if kind in ("boolean", "null"):
+        return 5 if kind == "boolean" else 4
+    if kind == "object":
+        return _object_size(s, b)
+    if kind == "array":
+        return _array_size(s, b)
+    return None
+
+
+def _object_size(s: Mapping[str, Any], b: OutputBounds) -> int | None:
+    total = 2
+    for k, v in s.get("properties", {}).items():
+        inner = _size(v, b)
+        if inner is None:
+            return None
+        total += len(orjson.dumps(k)) + 2 + inner
+    return total
+
+
+def _array_size(s: Mapping[str, Any], b: OutputBounds) -> int | None:
+    items = [_size(x, b) for x in s.get("prefixItems", [])]
+    high = int(s.get("maxItems", max(b.array_items, len(items))))
+    item = _size(s.get("items", {}), b) if high > len(items) else 0
+    if item is None or any(x is None for x in items):
+        return None
+    return 2 + sum((x or 0) + 1 for x in items) + (item + 1) * (high - len(items))

@@ -1,0 +1,709 @@
+"""ServerBackend: a :class:`ModelBackend` on an inference server (llama-server, vLLM, SGLang).
+
+We do not write a server; we use one well. Prompts are rendered and tokenized here, with the
+model's own tokenizer, so every call in a state sends the same prefix ids and the server's
+prefix cache hits; the grammar is our compact GBNF (:mod:`._gbnf`), with bounded numbers and
+strings. Each row of a batch is one streamed request, sent together: the server batches them
+across its slots.
+
+Deadlines over a network:
+
+* the latency model is fitted from what the client sees -- time to first token (round trip,
+  queue wait and the uncached prefill together) and the gaps between streamed tokens -- and a
+  queue term read from the server's ``/slots`` (:attr:`ServerBackend.latency`);
+* a call whose p95 does not fit its deadline is not sent (``NOT_STARTED``);
+* a call is streamed, and at the deadline (or on cancel) the stream is closed: the server sees
+  the client go and frees the slot, where a request left to time out keeps computing;
+* a refused connection, a reset, a 4xx or 5xx, a body that is not the protocol: each is a
+  :class:`~forethought.policies.ServerError` subclass, and nothing half-done is returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+import httpx
+import orjson
+from pydantic import BaseModel, SecretStr
+
+from forethought.policies import (
+    ActionForm,
+    ActionSchema,
+    ConfigError,
+    DeadlinePassed,
+    InvalidAction,
+    NotStarted,
+    PromptTooLong,
+    ServerError,
+    ServerRejected,
+    ServerReplyError,
+    ServerUnavailable,
+)
+
+from ._backend import CancelSignal, Generation, GenerationStatus, Scores
+from ._clock import Clock, LoopClock, MonotonicClock
+from ._decoding import split_candidates
+from ._gbnf import OutputBounds, action_gbnf, token_gbnf
+from ._latency import LatencyModel, Prediction
+from ._model_source import DEFAULT_MODEL, load_tokenizer, resolve_model
+from ._prompt import Prompt, PromptEncoder
+from ._server_api import Chunk, ServerAPI, make_api
+
+__all__ = ["ServerBackend", "ServerLatency", "is_server_url", "parse_server_url"]
+
+log = logging.getLogger("forethought.server")
+
+_FAMILIES = ("llama-server", "vllm", "sglang", "openai")
+_MARGIN_S = 0.002
+"""Return this long before a deadline, so the caller still has time to use the answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTarget:
+    """Where a server is and how to talk to it, as read from a URL."""
+
+    base_url: str
+    family: str
+    model: str | None
+    tokenizer: str
+
+
+def parse_server_url(url: str) -> ServerTarget:
+    """Read ``http[s]://host:port[/v1][#model=NAME&tokenizer=PATH&api=FAMILY]``.
+
+    ``api`` defaults to ``openai`` (vLLM, SGLang) when the path ends in ``/v1``, else
+    ``llama-server``; ``tokenizer`` (an alias, a model directory or a ``.gguf``) defaults to
+    ``model`` when that names a local model, else to the embedded default's.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("model", url, "a server URL is http(s)://host:port[/v1][#model=NAME]")
+    options = dict(parse_qsl(parts.fragment))
+    unknown = set(options) - {"model", "tokenizer", "api"}
+    if unknown:
+        raise ConfigError("model", url, f"unknown URL option(s) {sorted(unknown)}")
+    path = parts.path.rstrip("/")
+    family = options.get("api") or ("openai" if path.endswith("/v1") else "llama-server")
+    if family not in _FAMILIES:
+        raise ConfigError("model", url, f"api must be one of {_FAMILIES}")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    base = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    model = options.get("model")
+    tokenizer = options.get("tokenizer") or model or DEFAULT_MODEL
+    return ServerTarget(base, family, model, tokenizer)
+
+
+def is_server_url(model: str) -> bool:
+    """True when ``model`` names a server rather than a local model."""
+    return model.startswith(("http://", "https://"))
+
+
+class ServerLatency:
+    """The fitted law plus the server's queue: what a call here is predicted to take.
+
+    Prefill predictions include the round trip and the wait for a free slot (zero while one
+    is free; otherwise the typical remaining call), so a caller's fit check sees the queue.
+    """
+
+    def __init__(self, model: LatencyModel) -> None:
+        self.model = model
+        self.queue_wait_s = 0.0
+
+    def prefill(self, tokens: int) -> Prediction:
+        """Round trip, queue wait and prefill of ``tokens`` uncached tokens."""
+        p = self.model.prefill(tokens)
+        return Prediction(p.p50 + self.queue_wait_s, p.p95 + self.queue_wait_s)
+
+    def step(self, rows: int = 1) -> Prediction:
+        """One streamed token at ``rows`` requests in flight."""
+        return self.model.step(rows)
+
+    def call(self, prefill_tokens: int, steps: int, rows: int = 1) -> Prediction:
+        """A whole call: first token, then ``steps`` more."""
+        step = self.step(rows)
+        return self.prefill(prefill_tokens) + Prediction(step.p50 * steps, step.p95 * steps)
+
+    def typical_steps(self, default: int = 8) -> int:
+        """Tokens a completed action has needed (median)."""
+        return self.model.typical_steps(default)
+
+
+@dataclass(slots=True)
+class ServerStats:
+    """What the backend did and how the server behaved."""
+
+    requests: int = 0
+    not_started: int = 0
+    cut: int = 0
+    """Streams closed at the deadline or on cancel."""
+    errors: dict[str, int] = field(default_factory=dict)
+    healthy: bool = False
+    last_error: str | None = None
+    busy_slots: int | None = None
+    slots: int | None = None
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One request's progress, readable after it was cut."""
+
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
+    processed: int | None = None
+    started_at: float = 0.0
+    first_token_at: float | None = None
+    finished_at: float = 0.0
+
+
+class ServerBackend:
+    """An inference server as a ModelBackend.
+
+    Construction only validates; ``async with`` opens the HTTP client, loads the tokenizer,
+    checks the server and starts the queue poller.
+
+    Args:
+        url: the server, ``http://host:port`` (llama-server) or ``http://host:port/v1`` (vLLM,
+            SGLang), with optional ``#model=NAME&tokenizer=PATH&api=FAMILY``.
+        api_key: sent as ``Authorization: Bearer``; set with ``FORETHOUGHT_*`` or a file,
+            never on a command line.
+        ca_file: the CA that signs an ``https`` server's certificate (None: system store).
+        timeout_s: the longest any request may take when its deadline is unbounded.
+        poll_s: how often ``/slots`` is read for the queue term (0: never).
+        bounds: the grammar's limits on numbers, strings and arrays.
+        clock: the clock deadlines are on (default: the loop's that starts the backend).
+        latency: a latency model to use (default: a fresh one).
+
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        api_key: SecretStr | None = None,
+        ca_file: Path | None = None,
+        timeout_s: float = 60.0,
+        poll_s: float = 1.0,
+        bounds: OutputBounds | None = None,
+        clock: Clock | None = None,
+        latency: LatencyModel | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._target = parse_server_url(url)
+        if timeout_s <= 0:
+            raise ConfigError("timeout_s", timeout_s, "must be positive")
+        if poll_s < 0:
+            raise ConfigError("poll_s", poll_s, "must be 0 (off) or positive")
+        self._source = resolve_model(self._target.tokenizer)
+        self._api: ServerAPI = make_api(self._target.family)
+        self._url = url
+        self._api_key = api_key
+        self._ca_file = ca_file
+        self._timeout_s = timeout_s
+        self._poll_s = poll_s
+        self._bounds = bounds or OutputBounds()
+        self._given_clock = clock
+        self._clock: Clock | None = None
+        self._model = latency or LatencyModel()
+        self._latency = ServerLatency(self._model)
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._prompts: PromptEncoder | None = None
+        self._grammars: dict[str, str] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self._in_flight = 0
+        self._n_ctx: int | None = None
+        self.stats = ServerStats()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        loop = asyncio.get_running_loop()
+        self._clock = self._given_clock or LoopClock(loop)
+        if self._prompts is None:
+            tokenizer = await asyncio.to_thread(load_tokenizer, self._source)
+            self._prompts = PromptEncoder(tokenizer)
+        headers = {}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+        verify: Any = str(self._ca_file) if self._ca_file is not None else True
+        self._client = httpx.AsyncClient(
+            base_url=self._target.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(self._timeout_s, connect=min(self._timeout_s, 5.0)),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            transport=self._transport,
+            verify=verify,
+        )
+        await self.check()
+        if self._poll_s > 0 and self._api.status_path is not None:
+            self._poller = asyncio.create_task(self._poll(), name="forethought.server.poll")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+        self._clock = None
+
+    async def check(self) -> bool:
+        """Ask the server whether it is up (``/health``) and read its context size.
+
+        Never raises: a server that is down now may be up by the next call, and the planner
+        and executor fall through until it is.
+        """
+        try:
+            response = await self.client.get(self._api.health_path, timeout=5.0)
+            self.stats.healthy = response.status_code == 200
+            if self.stats.healthy and self._n_ctx is None and self._api.status_path:
+                slots = await self.client.get(self._api.status_path, timeout=5.0)
+                body = slots.json() if slots.status_code == 200 else None
+                if isinstance(body, list) and body and isinstance(body[0], dict):
+                    self._n_ctx = int(body[0].get("n_ctx", 0)) or None
+        except (httpx.HTTPError, ValueError) as exc:
+            self.stats.healthy = False
+            self.stats.last_error = repr(exc)
+        return self.stats.healthy
+
+    async def _poll(self) -> None:
+        path = self._api.status_path
+        assert path is not None
+        while True:
+            await asyncio.sleep(self._poll_s)
+            try:
+                response = await self.client.get(path, timeout=max(self._poll_s, 1.0))
+                ok = response.status_code == 200
+                read = self._api.busy_slots(response.json()) if ok else None
+            except (httpx.HTTPError, ValueError):
+                read = None
+            self._queue(read)
+
+    def _queue(self, read: tuple[int, int] | None) -> None:
+        """Update the queue term from (busy, total) slots."""
+        if read is None:
+            return
+        busy, total = read
+        self.stats.busy_slots, self.stats.slots = busy, total
+        others = max(busy - self._in_flight, 0)
+        typical = self._model.call(32, self._model.typical_steps()).p50
+        # Every slot taken by someone else: a new request waits about one call for a slot.
+        self._latency.queue_wait_s = typical if total and others >= total else 0.0
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The HTTP client; raises NotStarted outside ``async with``."""
+        if self._client is None:
+            raise NotStarted("ServerBackend")
+        return self._client
+
+    @property
+    def model_id(self) -> str:
+        """``NAME@URL`` (the served model's name when given, else the tokenizer's)."""
+        return f"{self._target.model or self._source.name}@{self._target.base_url}"
+
+    @property
+    def family(self) -> str:
+        """The server family: ``llama-server``, ``vllm``, ``sglang`` or ``openai``."""
+        return self._target.family
+
+    @property
+    def latency(self) -> ServerLatency:
+        """Predicted call times, round trip and queue included."""
+        return self._latency
+
+    @property
+    def prompts(self) -> PromptEncoder:
+        """The prompt encoder of the model's tokenizer."""
+        if self._prompts is None:
+            raise NotStarted("ServerBackend")
+        return self._prompts
+
+    def _now(self) -> float:
+        return (self._clock or MonotonicClock()).now()
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def grammar(self, schema: ActionSchema) -> str:
+        """The compact GBNF of ``schema`` (cached)."""
+        text = self._grammars.get(schema.fingerprint)
+        if text is None:
+            text = action_gbnf(schema.json_schema(ActionForm.COMPACT), self._bounds)
+            self._grammars[schema.fingerprint] = text
+        return text
+
+    async def prepare(self, schema: ActionSchema) -> None:
+        """Write the grammar and time one action, so the first fit check knows the server.
+
+        A server that is down or refuses is logged and left for later: the agent still
+        starts and decides from its tree and its other tiers.
+        """
+        self.grammar(schema)
+        try:
+            await self.warm_up()
+            await self.generate("", ["calibration"], schema, deadline=math.inf)
+        except ServerRejected:
+            raise  # the server cannot use our grammar or prompt: that will not heal
+        except ServerError as exc:
+            log.warning("server %s not ready: %s", self._target.base_url, exc)
+
+    async def warm_up(self) -> None:
+        """Seed the latency law: uncached prompts of a few lengths, a few tokens each.
+
+        Time to first token is round trip + prefill; without several lengths the fit of its
+        slope (and so of its intercept, the round trip) rests on one or two points.
+        """
+        vocab = 1000
+        for n in (16, 64, 160, 32):
+            prompt = [(7919 * i + n) % vocab + 100 for i in range(n)]  # not cached anywhere
+            body = self._api.completion(
+                prompt,
+                grammar=None,
+                max_tokens=4,
+                logprobs=False,
+                background=True,
+                model=self._target.model,
+            )
+            await self._run_all([body], math.inf, None)
+
+    def _admit(self, deadline: float, prompt_tokens: int, max_new_tokens: int) -> None:
+        now = self._now()
+        if now >= deadline:
+            raise DeadlinePassed(deadline, now)
+        if self._n_ctx is not None and prompt_tokens + max_new_tokens > self._n_ctx:
+            raise PromptTooLong(prompt_tokens + max_new_tokens, self._n_ctx)
+
+    async def generate(
+        self,
+        context: str,
+        events: Sequence[str],
+        schema: ActionSchema,
+        *,
+        deadline: float,
+        cancel: CancelSignal | None = None,
+        max_new_tokens: int = 64,
+    ) -> list[Generation]:
+        """One action per event: one streamed request each, sent together."""
+        if not events:
+            return []
+        encoded = [self.prompts.encode(Prompt(context, e), schema) for e in events]
+        prompts = [prefix + own for prefix, own in encoded]
+        longest = max(len(p) for p in prompts)
+        self._admit(deadline, longest, max_new_tokens)
+        started = self._now()
+        # As in-process, a call starts when its first pass fits (here: the first token, round
+        # trip and queue included) and is cut at the deadline; whether a whole action fits is
+        # the caller's question (the executor asks it of the latency model before calling).
+        predicted = self._latency.prefill(sum(len(o) for _, o in encoded))
+        if started + predicted.p95 > deadline:
+            self.stats.not_started += len(events)
+            return [self._not_started(len(p), started) for p in prompts]
+        grammar = self.grammar(schema)
+        background = math.isinf(deadline)
+        streams = await self._run_all(
+            [
+                self._api.completion(
+                    p,
+                    grammar=grammar,
+                    max_tokens=max_new_tokens,
+                    logprobs=False,
+                    background=background,
+                    model=self._target.model,
+                )
+                for p in prompts
+            ],
+            deadline,
+            cancel,
+        )
+        return [
+            self._to_generation(schema, s, status, len(p), len(encoded[0][0]))
+            for p, (s, status) in zip(prompts, streams, strict=True)
+        ]
+
+    async def score(
+        self,
+        context: str,
+        event: str,
+        candidates: Sequence[BaseModel],
+        schema: ActionSchema,
+        *,
+        deadline: float,
+        cancel: CancelSignal | None = None,
+    ) -> Scores:
+        """Each candidate's log-likelihood: its exact tokens forced, their log-probs summed."""
+        if not candidates:
+            raise ConfigError("candidates", list(candidates), "at least one candidate is needed")
+        prefix, own = self.prompts.encode(Prompt(context, event), schema)
+        full = [self.prompts.encode_action(schema.compact(schema.validate(c))) for c in candidates]
+        # As in-process: the tokens all candidates share go with the prompt and only the tails
+        # are scored (the same quantity, so scores compare across backends).
+        shared, ids = split_candidates(full)
+        own = [*own, *shared]
+        self._admit(deadline, len(prefix) + len(own) + max(len(i) for i in ids), 0)
+        started = self._now()
+        longest = max(len(i) for i in ids)
+        predicted = self._latency.call(len(own), longest, len(ids))
+        if started + predicted.p95 > deadline:
+            self.stats.not_started += 1
+            return Scores(GenerationStatus.NOT_STARTED, None, started, started)
+        family = self._target.family
+        bodies = []
+        for tail in ids:
+            if family == "llama-server":
+                body = self._api.completion(
+                    prefix + own,
+                    grammar=token_gbnf(tail),
+                    max_tokens=len(tail),
+                    logprobs=True,
+                    background=math.isinf(deadline),
+                    model=None,
+                )
+            else:
+                body = self._api.completion(
+                    prefix + own + tail,
+                    grammar=None,
+                    max_tokens=1,
+                    logprobs=True,
+                    background=math.isinf(deadline),
+                    model=self._target.model,
+                )
+            bodies.append(body)
+        streams = await self._run_all(bodies, deadline, cancel)
+        finished = self._now()
+        statuses = [status for _, status in streams]
+        if any(s is not GenerationStatus.DONE for s in statuses):
+            worst = next(s for s in statuses if s is not GenerationStatus.DONE)
+            return Scores(worst, None, started, finished)
+        totals = []
+        for tail, (stream, _) in zip(ids, streams, strict=True):
+            # llama-server: one log-prob per forced token; OpenAI-style: the prompt's, of
+            # which the candidate is the tail.
+            lps = stream.logprobs[-len(tail) :]
+            if len(lps) != len(tail):
+                raise ServerReplyError(
+                    self._target.base_url,
+                    f"scoring returned {len(lps)} log-probabilities for {len(tail)} tokens",
+                )
+            totals.append(sum(lps))
+        return Scores(GenerationStatus.DONE, tuple(totals), started, finished)
+
+    # -- the wire -----------------------------------------------------------------------------
+
+    async def _run_all(
+        self, bodies: list[dict[str, Any]], deadline: float, cancel: CancelSignal | None
+    ) -> list[tuple[_Stream, GenerationStatus]]:
+        """Send every body at once; close them all at the deadline or on cancel."""
+        loop = asyncio.get_running_loop()
+        streams = [_Stream() for _ in bodies]
+        stop = asyncio.Event()
+        if cancel is not None:
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(stop.set)
+
+            cancel.on_cancel(wake)
+        rows = len(bodies)
+        self._in_flight += rows
+        tasks = [
+            asyncio.create_task(self._stream(b, s, rows), name="forethought.server.request")
+            for b, s in zip(bodies, streams, strict=True)
+        ]
+        stopper: asyncio.Task[Any] = asyncio.create_task(stop.wait())
+        # The loop's clock and this backend's are the same clock unless one was injected.
+        budget = None if math.isinf(deadline) else max(deadline - _MARGIN_S - self._now(), 0.0)
+        budget = min(budget, self._timeout_s) if budget is not None else self._timeout_s
+        try:
+            pending: set[asyncio.Task[Any]] = set(tasks)
+            end = loop.time() + budget
+            while pending and not stop.is_set():
+                left = end - loop.time()
+                if left <= 0:
+                    break
+                _, pending = await asyncio.wait(
+                    pending | {stopper}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(stopper)
+                failed = [t for t in tasks if t.done() and t.exception() is not None]
+                if failed:
+                    raise failed[0].exception()  # type: ignore[misc]
+        finally:
+            stopper.cancel()
+            for t in tasks:
+                t.cancel()
+            # Closing the streams is what frees the server's slots: wait until they are shut.
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._in_flight -= rows
+        cut = GenerationStatus.CANCELLED if stop.is_set() else GenerationStatus.DEADLINE
+        out = []
+        for s, t in zip(streams, tasks, strict=True):
+            finished = t.done() and not t.cancelled() and t.exception() is None
+            if not finished:
+                self.stats.cut += 1
+                s.finished_at = self._now()
+            out.append((s, GenerationStatus.DONE if finished else cut))
+        return out
+
+    async def _stream(self, body: dict[str, Any], s: _Stream, rows: int) -> None:
+        """One streamed request, read into ``s`` as it comes; errors typed."""
+        endpoint = f"{self._target.base_url}{self._api.completion_path}"
+        self.stats.requests += 1
+        s.started_at = self._now()
+        last = s.started_at
+        try:
+            async with self.client.stream(
+                "POST",
+                self._api.completion_path,
+                content=orjson.dumps(body),
+                headers={"Content-Type": "application/json"},
+            ) as response:
+                if response.status_code >= 400:
+                    raw = await response.aread()
+                    raise self._http_error(endpoint, response.status_code, raw)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    try:
+                        data = orjson.loads(payload)
+                    except orjson.JSONDecodeError:
+                        raise ServerReplyError(endpoint, f"not JSON: {payload[:120]!r}") from None
+                    if not isinstance(data, dict):
+                        raise ServerReplyError(endpoint, f"not a JSON object: {payload[:120]!r}")
+                    chunk = self._api.read(data)
+                    now = self._now()
+                    self._observe(s, chunk, now, last, rows)
+                    last = now
+                    if chunk.done:
+                        break
+        except httpx.TimeoutException as exc:
+            raise self._count(ServerUnavailable(endpoint, f"timed out: {exc!r}")) from None
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            raise self._count(ServerUnavailable(endpoint, f"connection failed: {exc!r}")) from None
+        except ServerError as exc:
+            raise self._count(exc) from None
+        if s.finish is None:
+            raise self._count(ServerUnavailable(endpoint, "stream ended before the answer"))
+        s.finished_at = self._now()
+        self.stats.healthy = True
+
+    def _observe(self, s: _Stream, chunk: Chunk, now: float, last: float, rows: int) -> None:
+        if chunk.error is not None:
+            raise ServerReplyError(self._target.base_url, f"server error: {chunk.error[:200]}")
+        if chunk.tokens or chunk.text:
+            if s.first_token_at is None:
+                s.first_token_at = now
+            else:
+                # Each later chunk is one decode step of the server's batch.
+                self._model.observe_step(rows, (now - last) / max(len(chunk.tokens), 1))
+        s.tokens.extend(chunk.tokens)
+        s.text += chunk.text
+        s.logprobs.extend(chunk.logprobs)
+        if chunk.done:
+            s.finish = chunk.finish
+            s.processed = chunk.prompt_tokens_processed
+            if s.first_token_at is not None and s.processed is not None:
+                self._model.observe_prefill(s.processed, s.first_token_at - s.started_at)
+
+    def _http_error(self, endpoint: str, status: int, raw: bytes) -> ServerError:
+        try:
+            body = orjson.loads(raw)
+            err = body.get("error", body) if isinstance(body, dict) else body
+            message = str(err.get("message", err) if isinstance(err, dict) else err)
+        except orjson.JSONDecodeError:
+            message = raw.decode("utf-8", "replace")
+        message = message[:300]
+        if 400 <= status < 500 and status not in (408, 429):
+            return ServerRejected(endpoint, message, status=status)
+        if status in (408, 429, 503):
+            return ServerUnavailable(endpoint, message, status=status)
+        return ServerReplyError(endpoint, message, status=status)
+
+    def _count(self, exc: ServerError) -> ServerError:
+        kind = type(exc).__name__
+        self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
+        self.stats.last_error = str(exc)
+        if isinstance(exc, ServerUnavailable):
+            self.stats.healthy = False
+        return exc
+
+    def _not_started(self, prompt_tokens: int, at: float) -> Generation:
+        return Generation(
+            status=GenerationStatus.NOT_STARTED,
+            action=None,
+            text="",
+            prompt_tokens=prompt_tokens,
+            prefill_tokens=0,
+            output_tokens=0,
+            forced_tokens=0,
+            started_at=at,
+            first_token_at=None,
+            finished_at=at,
+        )
+
+    def _to_generation(
+        self,
+        schema: ActionSchema,
+        s: _Stream,
+        status: GenerationStatus,
+        prompt_tokens: int,
+        prefix_tokens: int,
+    ) -> Generation:
+        # llama-server returns token ids (decoded as in-process); OpenAI-style servers text.
+        text = self.prompts.decode(s.tokens) if s.tokens else s.text
+        action = None
+        if status is GenerationStatus.DONE:
+            if s.finish == "limit":
+                status = GenerationStatus.LENGTH
+            else:
+                try:
+                    action = schema.parse(text, ActionForm.COMPACT)
+                    self._model.observe_action(len(s.tokens))
+                except InvalidAction:
+                    status = GenerationStatus.INVALID
+        return Generation(
+            status=status,
+            action=action,
+            text=text,
+            prompt_tokens=prompt_tokens,
+            prefill_tokens=prompt_tokens - prefix_tokens if s.processed is None else s.processed,
+            output_tokens=len(s.tokens),
+            forced_tokens=0,
+            started_at=s.started_at,
+            first_token_at=s.first_token_at,
+            finished_at=s.finished_at or self._now(),
+        )
+
+    def stats_dict(self) -> dict[str, Any]:
+        """Counters and health, for reports and the health topic."""
+        st = self.stats
+        return {
+            "family": self.family,
+            "url": self._target.base_url,
+            "healthy": st.healthy,
+            "requests": st.requests,
+            "not_started": st.not_started,
+            "cut": st.cut,
+            "errors": dict(st.errors),
+            "last_error": st.last_error,
+            "busy_slots": st.busy_slots,
+            "slots": st.slots,
+            "queue_wait_s": self._latency.queue_wait_s,
+        }
