@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port or mqtts://")
     run.add_argument("--agent-id", default=None, help="names the topics (default: agent)")
     run.add_argument("--config", type=Path, default=None, help="TOML configuration file")
+    run.add_argument("--model", default=None, help="both roles' model: alias, dir, .gguf or URL")
+    run.add_argument("--planner-model", default=None, help="the planner's own model (or URL)")
+    run.add_argument("--live-model", default=None, help="the live tiers' own model (or URL)")
     _tls_flags(run)
     send = sub.add_parser("send", help="publish a test event and print the decision")
     send.add_argument("type", help="event type")
@@ -88,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
         "cpu-8b-q4), cpu-measured, or step_ms=8.6,prefill_us_per_token=50",
     )
     sim.add_argument("--model", default=DEFAULT_MODEL)
+    sim.add_argument(
+        "--planner",
+        default=None,
+        metavar="URL",
+        help="also replay tree/hybrid with the planner on this inference server (--clock real)",
+    )
     sim.add_argument("--device", default="auto")
     sim.add_argument("--dtype", default="auto")
     sim.add_argument("--json", type=Path, default=None, metavar="PATH")
@@ -172,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report=args.report,
                 mqtt=args.mqtt,
                 agent_id=args.agent_id,
+                planner=args.planner,
             )
         elif args.command == "run":
             from forethought._commands import run_agent  # noqa: PLC0415
@@ -183,6 +193,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     agent_id=args.agent_id,
                     config=args.config,
                     tls=_tls(args),
+                    models={
+                        "model": args.model,
+                        "planner_model": args.planner_model,
+                        "live_model": args.live_model,
+                    },
                 )
             )
         elif args.command == "send":

@@ -44,13 +44,15 @@ async def run_agent(
     agent_id: str | None,
     config: Path | None,
     tls: dict[str, Any] | None = None,
+    models: dict[str, str | None] | None = None,
 ) -> int:
     """Run an agent on a broker until SIGINT or SIGTERM; shut down cleanly.
 
     A broker that refuses the credentials or whose certificate is not accepted ends the
     run with one ConfigError naming the cause.
     """
-    cfg = AgentConfig.load(config)
+    given = {k: v for k, v in (models or {}).items() if v is not None}
+    cfg = AgentConfig.load(config, **given)
     settings = mqtt_settings(cfg.mqtt, tls or {})
     url = mqtt or settings.url
     if url is None:
@@ -73,7 +75,7 @@ async def run_agent(
     async with agent:
         print(
             f"forethought: agent {ident!r} ready on {url}; events on {bus.events_filter}, "
-            f"actions on {bus.actions_topic}",
+            f"actions on {bus.actions_topic}; models: {agent.models()}",
             file=sys.stderr,
             flush=True,
         )

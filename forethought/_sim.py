@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 
-from forethought.planner import LatencyProfile, TransformersBackend
+from forethought.planner import LatencyProfile, ServerBackend, TransformersBackend, is_server_url
 from forethought.policies import ConfigError
+from forethought.runtime import AgentConfig
 from forethought.sims import (
     PROFILES,
     STRATEGIES,
@@ -100,8 +101,14 @@ def run_sim(
     decisions: Path | None,
     report: Path | None,
     seed: int | None = None,
+    planner: str | None = None,
 ) -> dict[str, Any]:
-    """Load, replay, print the table, write the outputs."""
+    """Load, replay, print the table, write the outputs.
+
+    With ``planner`` (a server URL) the strategies that plan (tree, hybrid) run twice, side by
+    side: all in-process, and with the planner on the server (``<name>@server``) while the
+    live tiers stay in-process.
+    """
     scenario = load_scenario(scenario_path)
     names = _strategies(strategy)
     if clock not in ("virtual", "real"):
@@ -135,9 +142,54 @@ def run_sim(
         progress=_progress(n),
         seed=seed,
     )
+    if planner is not None:
+        runs.update(_with_server_planner(scenario, backend, names, planner, clock, prof, speed))
     add_references(scenario, runs, backend)
     figures = {"name": pname, **profile_figures(prof)}
     return _outputs(scenario, runs, model=model, clock=clock, profile=figures, **outputs)
+
+
+def _with_server_planner(
+    scenario: Scenario,
+    backend: TransformersBackend,
+    names: tuple[str, ...],
+    planner: str,
+    clock: str,
+    profile: LatencyProfile,
+    speed: float,
+) -> dict[str, StrategyRun]:
+    """The planning strategies again, with the planner on the server at ``planner``."""
+    if not is_server_url(planner):
+        raise ConfigError("--planner", planner, "give an inference server's URL (http://...)")
+    if clock != "real":
+        raise ConfigError("--planner", planner, "a planner on a server replays with --clock real")
+    planning = tuple(n for n in names if n in ("tree", "hybrid"))
+    if not planning:
+        raise ConfigError("--planner", planner, "choose a strategy that plans (tree, hybrid)")
+    server = AgentConfig.load().server
+
+    def make() -> ServerBackend:
+        return ServerBackend(
+            url=planner,
+            api_key=server.key(),
+            ca_file=server.ca_file,
+            timeout_s=server.timeout_s,
+            poll_s=server.poll_s,
+        )
+
+    n = len(scenario.events()) * len(planning)
+    print(f"again with the planner on {planner}", file=sys.stderr, flush=True)
+    remote = replay(
+        scenario,
+        backend,
+        strategies=planning,
+        clock=clock,
+        profile=profile,
+        speed=speed,
+        progress=_progress(n),
+        planner_source=make,
+    )
+    return {f"{name}@server": run for name, run in remote.items()}
 
 
 def _over_mqtt(scenario: Scenario, url: str, agent_id: str, speed: float) -> StrategyRun:

@@ -2,7 +2,7 @@
 
 from ._agent import Agent
 from ._bus import EventBus, InProcessBus
-from ._config import AgentConfig, MqttConfig
+from ._config import AgentConfig, MqttConfig, ServerConfig
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
@@ -27,6 +27,7 @@ __all__ = [
     "MqttSecurity",
     "MqttStats",
     "ReplyTo",
+    "ServerConfig",
     "Tier",
     "parse_broker_url",
     "parse_mqtt_url",

@@ -25,7 +25,9 @@ from forethought.planner import (
     ModelGate,
     Planner,
     ProcessBackend,
+    ServerBackend,
     TransformersBackend,
+    is_server_url,
 )
 from forethought.policies import (
     AgentSpec,
@@ -55,7 +57,11 @@ class Agent:
 
     Args:
         spec: what the agent decides about.
-        backend: the model (default: made from ``config`` when the agent starts).
+        backend: the model (default: made from ``config`` when the agent starts); with no
+            ``planner_backend``, the planner's too.
+        planner_backend: the planner's own model (default: ``config.planner_model``'s, else
+            ``backend``). A separate model gets a gate of its own: planning on it never waits
+            for, nor is preempted by, the live tiers.
         bus: where events come from (optional; :meth:`decide` works without one).
         config: how to run (default: :meth:`AgentConfig.defaults`, which reads nothing).
 
@@ -66,6 +72,7 @@ class Agent:
         spec: AgentSpec,
         *,
         backend: ModelBackend | None = None,
+        planner_backend: ModelBackend | None = None,
         bus: EventBus | None = None,
         config: AgentConfig | None = None,
     ) -> None:
@@ -74,6 +81,7 @@ class Agent:
         self.schema = spec.action_schema()
         self.space = spec.event_space()
         self._backend = backend
+        self._planner_backend = planner_backend
         self.bus = bus
         self._state = spec.initial_state(max_bytes=self.config.max_state_bytes)
         self.gate = ModelGate()
@@ -126,19 +134,41 @@ class Agent:
         """The current state."""
         return self._state
 
-    def _make_backend(self) -> ModelBackend:
+    @property
+    def planner_backend(self) -> ModelBackend:
+        """The planner's model (the live tiers' unless a separate one was configured)."""
+        return self._planner_backend or self.backend
+
+    def _make_backend(self, model: str) -> ModelBackend:
         cfg = self.config
+        if is_server_url(model):
+            return ServerBackend(
+                url=model,
+                api_key=cfg.server.key(),
+                ca_file=cfg.server.ca_file,
+                timeout_s=cfg.server.timeout_s,
+                poll_s=cfg.server.poll_s,
+            )
         kind = ProcessBackend if cfg.model_process else TransformersBackend
-        return kind(model=cfg.model, device=cfg.device, dtype=cfg.dtype, grammar=cfg.grammar)
+        return kind(model=model, device=cfg.device, dtype=cfg.dtype, grammar=cfg.grammar)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         async with contextlib.AsyncExitStack() as stack:
+            cfg = self.config
             if self._backend is None:
-                self._backend = self._make_backend()
+                self._backend = self._make_backend(cfg.live_model or cfg.model)
             backend = await stack.enter_async_context(self._backend)
             await backend.prepare(self.schema)
+            wanted = cfg.planner_model or cfg.model
+            if self._planner_backend is None and wanted != (cfg.live_model or cfg.model):
+                self._planner_backend = self._make_backend(wanted)
+            planner_backend, planner_gate = backend, self.gate
+            if self._planner_backend is not None and self._planner_backend is not backend:
+                planner_backend = await stack.enter_async_context(self._planner_backend)
+                await planner_backend.prepare(self.schema)
+                planner_gate = ModelGate()
             self._load_snapshot()
             stack.callback(self.save_snapshot)
             self.executor = Executor(
@@ -153,9 +183,10 @@ class Agent:
                 config=self.config.executor,
             )
             if self.config.planner.enabled:
+                live = self.config.executor.use_live or self.config.executor.use_score
                 self.planner = Planner(
-                    backend=backend,
-                    gate=self.gate,
+                    backend=planner_backend,
+                    gate=planner_gate,
                     space=self.space,
                     schema=self.schema,
                     tree=self.tree,
@@ -163,7 +194,8 @@ class Agent:
                     description=self.spec.description,
                     state=self._state,
                     config=self.config.planner,
-                    live_tiers=self.config.executor.use_live or self.config.executor.use_score,
+                    # Planning on a model of its own takes no time from the live tiers.
+                    live_tiers=live and planner_backend is backend,
                     near_states=self.config.executor.near_states,
                     candidates=self.executor.candidates,
                 )
@@ -319,11 +351,22 @@ class Agent:
             "coverage": planner.coverage() if planner else None,
             "rejected": self.rejected,
             "state": self._state.fingerprint,
+            "models": self.models(),
         }
+        for role, backend in (("live", self._backend), ("planner", self._planner_backend)):
+            server = getattr(backend, "stats_dict", None)
+            if server is not None:
+                out.setdefault("servers", {})[role] = server()
         bus_stats = getattr(self.bus, "stats", None)
         if bus_stats is not None:
             out["bus"] = {k: getattr(bus_stats, k) for k in bus_stats.__slots__}
         return out
+
+    def models(self) -> dict[str, str | None]:
+        """Which model answers each tier: the tree's from the planner, the live tiers' own."""
+        live = self._backend.model_id if self._backend is not None else None
+        planner = self._planner_backend.model_id if self._planner_backend is not None else live
+        return {"tree": planner, "score": live, "live": live}
 
 
 def _first_error(exc: BaseException) -> BaseException:

@@ -23,7 +23,7 @@ from forethought.policies import ConfigError, first_problem
 from ._executor import ExecutorConfig
 from ._mqtt_security import MqttSecurity
 
-__all__ = ["AgentConfig", "MqttConfig"]
+__all__ = ["AgentConfig", "MqttConfig", "ServerConfig"]
 
 
 class MqttConfig(BaseModel):
@@ -78,6 +78,40 @@ class MqttConfig(BaseModel):
         )
 
 
+class ServerConfig(BaseModel):
+    """How to reach an inference server named as a model (``http://host:port[/v1]``).
+
+    The API key is a secret: ``FORETHOUGHT_SERVER__API_KEY`` or ``api_key_file``, never a
+    command line; it goes out only as an ``Authorization: Bearer`` header.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    api_key: SecretStr | None = None
+    api_key_file: Path | None = None
+    """A file holding the key (its first line); read when the agent starts."""
+    ca_file: Path | None = None
+    """The CA that signs an ``https`` server's certificate (None: the system's trust store)."""
+    timeout_s: float = Field(default=60.0, gt=0)
+    """The longest a request with no deadline (planner work) may take."""
+    poll_s: float = Field(default=1.0, ge=0)
+    """How often the server's slots are read for the queue term (0: never)."""
+
+    def key(self) -> SecretStr | None:
+        """The API key, from the setting or the file."""
+        if self.api_key_file is None:
+            return self.api_key
+        if self.api_key is not None:
+            raise ConfigError("server.api_key_file", str(self.api_key_file), "give a key or a file")
+        try:
+            lines = self.api_key_file.read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(
+                "server.api_key_file", str(self.api_key_file), f"cannot read: {exc.strerror}"
+            ) from None
+        return SecretStr(lines[0].strip() if lines else "")
+
+
 class AgentConfig(BaseSettings):
     """Everything about how an agent runs (what it decides about is the spec)."""
 
@@ -88,6 +122,13 @@ class AgentConfig(BaseSettings):
     _read_env: ClassVar[bool] = True
 
     model: str = DEFAULT_MODEL
+    """The model of both the planner and the live tiers: an alias, a directory, a ``.gguf``, or
+    an inference server's URL (``http://gpu-box:8000/v1#model=qwen2.5-7b``)."""
+    planner_model: str | None = None
+    """The planner's own model (None: ``model``): say, a large model on a server, whose latency
+    the planner affords in idle time."""
+    live_model: str | None = None
+    """The live tiers' own model (None: ``model``): say, the small in-process one."""
     device: str = "auto"
     dtype: str = "auto"
     grammar: str = "llguidance"
@@ -105,6 +146,7 @@ class AgentConfig(BaseSettings):
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     mqtt: MqttConfig = Field(default_factory=MqttConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -77,3 +77,5 @@ class StrategyRun:
     reference: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Event index -> what the model writes for that event and state with no deadline."""
     wall_s: float = 0.0
+    models: dict[str, str | None] = field(default_factory=dict)
+    """Tier -> the model that answers it (the tree's is the planner's)."""

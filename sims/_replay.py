@@ -53,6 +53,9 @@ _T = TypeVar("_T")
 BackendSource = TransformersBackend | Callable[[], ModelBackend]
 """A loaded real model (each strategy gets a fresh backend on its weights), or a factory."""
 
+PlannerSource = Callable[[], ModelBackend]
+"""A factory of the planner's own model (an inference server, say), one per strategy."""
+
 CallMemo = dict[tuple[str, str], tuple[Generation, list[Pass]]]
 """(context, event) -> a completed naive call and the shapes of the passes it ran."""
 
@@ -82,8 +85,10 @@ class _Strategy:
         source: BackendSource,
         profile: LatencyProfile | None,
         seed: int,
+        planner_source: PlannerSource | None = None,
     ) -> None:
         self.scenario = scenario
+        self.planner_source = planner_source
         self.name = name
         self.source = source
         self.profile = profile
@@ -237,8 +242,17 @@ async def _agent_run(
     """live, tree or hybrid: the Agent, configured, events arriving on time."""
     loop = asyncio.get_running_loop()
     sc = st.scenario
-    agent = Agent(sc.spec, backend=st.backend(), config=_strategy_config(st.name, planner))
+    remote = st.planner_source() if st.planner_source is not None else None
+    agent = Agent(
+        sc.spec,
+        backend=st.backend(),
+        planner_backend=remote,
+        config=_strategy_config(st.name, planner),
+    )
     async with agent:
+        st.run.models = agent.models()
+        if agent.planner is None:
+            st.run.models["tree"] = None
         planner_ = agent.planner
         t0 = loop.time()
         types = list(sc.spec.event_space().types)
@@ -340,6 +354,7 @@ def replay(
     planner: PlannerConfig | None = None,
     seed: int | None = None,
     memo: CallMemo | None = None,
+    planner_source: PlannerSource | None = None,
 ) -> dict[str, StrategyRun]:
     """Replay ``scenario`` under each strategy; returns the runs by name.
 
@@ -348,10 +363,14 @@ def replay(
     once per strategy (a scripted test double spends its own time on the loop). ``seed``
     (default: the scenario's) seeds the charged draws. ``memo`` keeps completed naive calls
     between replays of the same scenario and model (say, under several profiles).
+    ``planner_source`` gives the planner a model of its own (an inference server: the real
+    clock only, since a server's time cannot be charged to a virtual one).
     """
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise ValueError(f"unknown strategies {unknown}; choose from {STRATEGIES}")
+    if planner_source is not None and clock != "real":
+        raise ValueError("a planner on its own model (a server) replays on the real clock only")
     events = scenario.events()
     if speed != 1.0:
         events = [e.model_copy(update={"at_ms": e.at_ms / speed}) for e in events]
@@ -360,7 +379,7 @@ def replay(
     memo = {} if memo is None else memo
     out: dict[str, StrategyRun] = {}
     for name in strategies:
-        st = _Strategy(scenario, name, backend, profile, seed)
+        st = _Strategy(scenario, name, backend, profile, seed, planner_source)
         coro: Coroutine[Any, Any, None] = (
             _live_naive(st, events, progress, memo)
             if name == "live-naive"

@@ -92,6 +92,7 @@ def metrics(run: StrategyRun) -> dict[str, Any]:
         "by_type": by_type,
         "planner": run.planner or None,
         "model_time": run.model or None,
+        "models": run.models or None,
         "wall_s": run.wall_s,
     }
 

@@ -272,3 +272,106 @@ def test_server_urls_are_checked() -> None:
     )
     assert body["structured_outputs"] == {"grammar": 'root ::= "a"'}
     assert body["model"] == "qwen2.5-7b"
+
+
+# -- two models, one agent --------------------------------------------------------------------
+
+SPEC = {
+    "name": "two-models",
+    "description": "You steer a warehouse robot. Answer with the safest action.",
+    "action": {
+        "type": "object",
+        "properties": {"a": {"enum": ["stop", "slow", "go"]}, "s": {"type": "number"}},
+        "required": ["a"],
+    },
+    "default_action": {"a": "stop"},
+    "state": {"zone": "aisle"},
+    "events": [
+        {"type": "obstacle", "params": {"side": ["left", "right"]}, "deadline_ms": 800},
+        {"type": "clear", "deadline_ms": 1000},
+        {"type": "human", "params": {"distance": [1, 2, 3]}, "deadline_ms": 800},
+    ],
+}
+
+
+async def _until(check, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not check():
+        assert loop.time() < end, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+async def test_planner_on_the_server_live_in_process_survives_a_server_restart(
+    smollm2_first_load: LoadedModel, tiny_backend: TransformersBackend
+) -> None:
+    from forethought import Agent, AgentConfig, AgentSpec
+
+    spec = AgentSpec.from_data(SPEC)
+    schema = spec.action_schema()
+    with LlamaServer(slots=2, context=4096) as srv:
+        remote = ServerBackend(url=srv.url, poll_s=0.2)
+        agent = Agent(spec, backend=tiny_backend, planner_backend=remote, config=AgentConfig())
+        async with agent:
+            assert agent.planner is not None
+            assert agent.models() == {
+                "tree": remote.model_id,
+                "score": tiny_backend.model_id,
+                "live": tiny_backend.model_id,
+            }
+            await _until(lambda: agent.planner.stats.branches >= 4, 120)
+            nodes = list(agent.tree.nodes())
+            assert nodes
+            assert {n.model_id for n in nodes} == {remote.model_id}
+
+            decided: list[dict[str, object]] = []
+
+            async def burst(n: int) -> None:
+                for i in range(n):
+                    kind = ("obstacle", "clear", "human")[i % 3]
+                    params = {"obstacle": {"side": "left"}, "human": {"distance": 2}}.get(kind, {})
+                    ident = f"e{len(decided)}"
+                    event = {"id": ident, "type": kind, "params": params, "deadline_ms": 300}
+                    d = await agent.decide(event)
+                    schema.validate(d.action)  # never an invalid action
+                    decided.append(d.action)
+                    await asyncio.sleep(0.05)
+
+            await burst(6)
+            before = agent.planner.stats.branches
+            srv.stop()  # the planner's server dies mid-run
+            agent.update_state({"zone": "blocked"})  # a new state: the planner has work
+            await burst(12)
+            await _until(lambda: sum(agent.planner.stats.errors.values()) > 0, 30)
+            assert agent.stats()["servers"]["planner"]["healthy"] is False
+            srv.start()  # same port: the backend reconnects, the planner's backoff retries
+            await _until(lambda: agent.planner.stats.branches > before, 120)
+            await burst(6)
+            assert agent.stats()["servers"]["planner"]["healthy"] is True
+        assert len(decided) == 24
+        assert agent.executor is not None
+        assert agent.executor.stats.invalid == 0
+
+
+def test_a_scenario_replays_with_the_planner_on_the_server(
+    smollm2_first_load: LoadedModel, server: LlamaServer
+) -> None:
+    from forethought.sims import load_scenario, metrics, replay, shipped_scenarios
+
+    path = next(p for p in shipped_scenarios() if p.name == "design-note.yaml")
+    scenario = load_scenario(path)
+    local = TransformersBackend(model="smollm2-135m", device="cpu", dtype="float32")
+    local.load()
+    runs = replay(
+        scenario,
+        local,
+        strategies=("tree",),
+        clock="real",
+        speed=2.0,
+        planner_source=lambda: ServerBackend(url=server.url),
+    )
+    m = metrics(runs["tree"])
+    assert m["models"]["tree"].endswith(server.url)
+    assert m["models"]["live"] == "smollm2-135m"
+    assert m["planner"]["branches"] > 0
+    assert m["tiers"]["tree"] > 0
