@@ -42,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--grammar", default="llguidance", choices=["llguidance", "xgrammar"])
     bench.add_argument("--quick", action="store_true", help="about a minute on a 2-core CPU")
     bench.add_argument(
+        "--backend",
+        default=None,
+        metavar="URL",
+        help="an inference server (llama-server, vLLM, SGLang): its figures beside in-process",
+    )
+    bench.add_argument(
         "--suite",
         default="model",
         choices=["model", "planner", "executor", "all"],
@@ -149,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 quick=args.quick,
                 json_path=args.json,
                 suite=args.suite,
+                backend_url=args.backend,
             )
         elif args.command == "sim" and args.matrix:
             from forethought._sim import run_matrix  # noqa: PLC0415 - loads torch

@@ -375,3 +375,22 @@ def test_a_scenario_replays_with_the_planner_on_the_server(
     assert m["models"]["live"] == "smollm2-135m"
     assert m["planner"]["branches"] > 0
     assert m["tiers"]["tree"] > 0
+
+
+async def test_an_api_key_is_required_and_never_shown(
+    smollm2_first_load: LoadedModel, robot_schema: ActionSchema
+) -> None:
+    from pydantic import SecretStr
+
+    with LlamaServer(slots=1, context=2048, api_key="s3cret-key") as srv:
+        async with ServerBackend(url=srv.url, poll_s=0) as anonymous:
+            with pytest.raises(ServerRejected) as info:
+                await anonymous.prepare(robot_schema)
+            assert info.value.status == 401
+        keyed = ServerBackend(url=srv.url, poll_s=0, api_key=SecretStr("s3cret-key"))
+        async with keyed:
+            await keyed.prepare(robot_schema)
+            loop = asyncio.get_running_loop()
+            (g,) = await keyed.generate(CONTEXT, ["x"], robot_schema, deadline=loop.time() + 30)
+            assert g.ok
+            assert "s3cret" not in repr(keyed.stats_dict()) + repr(keyed.__dict__.get("_api_key"))

@@ -33,11 +33,13 @@ def run_bench(
     json_path: Path | None,
     suite: str = "model",
     say: Callable[[str], None] = print,
+    backend_url: str | None = None,
 ) -> dict[str, Any]:
     """Run the suite's sections and return (and optionally write) the figures.
 
     ``suite``: ``model`` (the latency law and the model layer), ``planner``, ``executor``,
-    or ``all``.
+    or ``all``. ``backend_url`` (an inference server) runs the server suite instead: the law's
+    figures for the server, side by side with the in-process model.
     """
     # A measurement script, step after step in the order the report prints: long, linear.
     t_start = time.perf_counter()
@@ -72,6 +74,11 @@ def run_bench(
         f"warm-up {load['warm_up_s']:.1f} s"
     )
     targets: dict[str, dict[str, Any]] = {}
+    if backend_url is not None:
+        from ._server import run_server_bench  # noqa: PLC0415
+
+        report["server"] = run_server_bench(backend_url, backend, quick=quick, say=say)
+        suite = "server"
     if suite in ("model", "all"):
         bench = ModelBench(backend, quick, say)
         for name in (
