@@ -217,6 +217,10 @@ def _outputs(
 ) -> dict[str, Any]:
     print(f"profile: {profile.get('name', '-')}; model: {model}; clock: {clock}")
     print(table(scenario, runs))
+    if any(run.models.get("tree") != run.models.get("live") for run in runs.values()):
+        for name, run in runs.items():  # the models differ by tier: say which wrote what
+            tiers = ", ".join(f"{tier}: {m}" for tier, m in run.models.items() if m is not None)
+            print(f"models of {name}: {tiers}")
     if json_path is not None:
         write_json(json_path, scenario, runs, model=model, clock=clock, profile=profile)
         print(f"json: {json_path}")
