@@ -275,6 +275,7 @@ class ServerBackend:
                 body = slots.json() if slots.status_code == 200 else None
                 if isinstance(body, list) and body and isinstance(body[0], dict):
                     self._n_ctx = int(body[0].get("n_ctx", 0)) or None
+                    self.stats.slots = len(body)
         except (httpx.HTTPError, ValueError) as exc:
             self.stats.healthy = False
             self.stats.last_error = repr(exc)
@@ -612,14 +613,18 @@ class ServerBackend:
                 s.first_token_at = now
             else:
                 # Each later chunk is one decode step of the server's batch.
-                self._model.observe_step(rows, (now - last) / max(len(chunk.tokens), 1))
+                batch = min(rows, self.stats.slots or rows)
+                self._model.observe_step(batch, (now - last) / max(len(chunk.tokens), 1))
         s.tokens.extend(chunk.tokens)
         s.text += chunk.text
         s.logprobs.extend(chunk.logprobs)
         if chunk.done:
             s.finish = chunk.finish
             s.processed = chunk.prompt_tokens_processed
-            if s.first_token_at is not None and s.processed is not None:
+            # A request that had to wait for a slot measured the queue, not the prefill: the
+            # queue term comes from the server's slots instead.
+            waited = self.stats.slots is not None and rows > self.stats.slots
+            if s.first_token_at is not None and s.processed is not None and not waited:
                 self._model.observe_prefill(s.processed, s.first_token_at - s.started_at)
 
     def _http_error(self, endpoint: str, status: int, raw: bytes) -> ServerError:

@@ -112,12 +112,14 @@ class _Round:
         )
         return score, generate
 
-    async def cancel(self, budget_s: float) -> float:
+    async def cancel(self, budget_s: float) -> tuple[float, str]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget_s
         note = self.notes[max(self.lengths)]
-        await self.b.generate("", ["a long note"], note, deadline=deadline, max_new_tokens=400)
-        return loop.time() - deadline
+        (g,) = await self.b.generate(
+            "", ["a long note"], note, deadline=deadline, max_new_tokens=400
+        )
+        return loop.time() - deadline, g.status.value
 
 
 async def _json_mode(url: str, prompt: list[int], schema: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +141,14 @@ async def _timeout_slot(url: str, prompt: list[int], budget_s: float) -> float:
         with contextlib.suppress(httpx.TimeoutException):
             await client.post(f"{url}/completion", json=body, timeout=budget_s)
     return await _idle_after(url)
+
+
+def _median_ms(xs: list[float]) -> float:
+    return statistics.median(xs) * 1e3 if xs else math.nan
+
+
+def _max_ms(xs: list[float]) -> float:
+    return max(xs) * 1e3 if xs else math.nan
 
 
 def _fit(points: list[tuple[int, float]]) -> dict[str, float]:
@@ -182,7 +192,7 @@ async def _bench(
         law: dict[str, list[tuple[int, float]]] = {k: [] for k in sides}
         batch: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
         score: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
-        over: dict[str, list[float]] = {k: [] for k in sides}
+        over: dict[str, list[tuple[float, str]]] = {k: [] for k in sides}
         freed: list[float] = []
         for r in range(rounds):
             # Interleaved: each round runs every variant once, in alternating order.
@@ -207,8 +217,10 @@ async def _bench(
                 "score_s": statistics.median(x for x, _ in s),
                 "generate_s": statistics.median(y for _, y in s),
                 "generate_over_score": statistics.median(y / x for x, y in s),
-                "cancel_overshoot_ms": statistics.median(over[name]) * 1e3,
-                "cancel_overshoot_max_ms": max(over[name]) * 1e3,
+                # Only calls that started and were cut say how far past the deadline they went.
+                "cancel_overshoot_ms": _median_ms([o for o, st in over[name] if st == "deadline"]),
+                "cancel_overshoot_max_ms": _max_ms([o for o, st in over[name] if st == "deadline"]),
+                "cancel_statuses": [st for _, st in over[name]],
             }
         if server.family == "llama-server":
             prefix, own = server.prompts.encode(Prompt(_CONTEXT, _EVENTS[0]), schema)
