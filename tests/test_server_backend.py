@@ -394,3 +394,25 @@ async def test_an_api_key_is_required_and_never_shown(
             (g,) = await keyed.generate(CONTEXT, ["x"], robot_schema, deadline=loop.time() + 30)
             assert g.ok
             assert "s3cret" not in repr(keyed.stats_dict()) + repr(keyed.__dict__.get("_api_key"))
+
+
+@pytest.mark.vllm
+async def test_against_a_real_vllm(robot_schema: ActionSchema) -> None:
+    """Runs only where FORETHOUGHT_VLLM_URL names a vLLM server (README: the recipe)."""
+    import os
+
+    url = os.environ.get("FORETHOUGHT_VLLM_URL")
+    if not url:
+        pytest.skip("set FORETHOUGHT_VLLM_URL=http://host:port/v1#model=NAME&tokenizer=PATH")
+    async with ServerBackend(url=url, poll_s=0) as backend:
+        await backend.prepare(robot_schema)
+        loop = asyncio.get_running_loop()
+        gens = await backend.generate(
+            CONTEXT, ["obstacle", "path clear"], robot_schema, deadline=loop.time() + 60
+        )
+        assert all(g.ok for g in gens)
+        candidates = [robot_schema.validate({"action": a}) for a in ("stop", "go")]
+        scores = await backend.score(
+            CONTEXT, "obstacle", candidates, robot_schema, deadline=loop.time() + 60
+        )
+        assert scores.scores is not None
