@@ -60,6 +60,20 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run an agent on an MQTT broker until SIGINT/SIGTERM")
     run.add_argument("spec", type=Path, help="agent spec (YAML or JSON; a scenario works too)")
     run.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port or mqtts://")
+    run.add_argument(
+        "--zenoh",
+        action="append",
+        default=None,
+        metavar="ENDPOINT",
+        help="a Zenoh endpoint to connect to, tcp/host:port (repeatable)",
+    )
+    run.add_argument(
+        "--zenoh-listen",
+        action="append",
+        default=None,
+        metavar="ENDPOINT",
+        help="a Zenoh endpoint to listen on (repeatable)",
+    )
     run.add_argument("--agent-id", default=None, help="names the topics (default: agent)")
     run.add_argument("--config", type=Path, default=None, help="TOML configuration file")
     run.add_argument("--model", default=None, help="both roles' model: alias, dir, .gguf or URL")
@@ -69,7 +83,14 @@ def _parser() -> argparse.ArgumentParser:
     send = sub.add_parser("send", help="publish a test event and print the decision")
     send.add_argument("type", help="event type")
     send.add_argument("--params", default="{}", help="event parameters as a JSON object")
-    send.add_argument("--mqtt", required=True, metavar="URL", help="mqtt://host:port or mqtts://")
+    send.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port or mqtts://")
+    send.add_argument(
+        "--zenoh",
+        action="append",
+        default=None,
+        metavar="ENDPOINT",
+        help="ask over Zenoh (the agent's decide queryable): tcp/host:port",
+    )
     send.add_argument("--config", type=Path, default=None, help="TOML configuration file")
     _tls_flags(send)
     send.add_argument("--agent-id", default="agent")
@@ -205,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "planner_model": args.planner_model,
                         "live_model": args.live_model,
                     },
+                    zenoh=args.zenoh,
+                    zenoh_listen=args.zenoh_listen,
                 )
             )
         elif args.command == "send":
@@ -217,6 +240,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ConfigError("--params", args.params, f"not JSON: {exc}") from None
             if not isinstance(params, dict):
                 raise ConfigError("--params", args.params, "must be a JSON object")
+            if args.zenoh:
+                from forethought._commands import send_event_zenoh  # noqa: PLC0415
+
+                reply = asyncio.run(
+                    send_event_zenoh(
+                        connect=args.zenoh,
+                        agent_id=args.agent_id,
+                        event_type=args.type,
+                        params=params,
+                        deadline_ms=args.deadline_ms,
+                        wait_s=args.wait,
+                    )
+                )
+                print(orjson.dumps(reply).decode())
+                return 0
+            if args.mqtt is None:
+                raise ConfigError("--mqtt", None, "give --mqtt mqtt://host:port or --zenoh")
             reply = asyncio.run(
                 send_event(
                     mqtt=args.mqtt,

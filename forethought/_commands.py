@@ -20,21 +20,68 @@ from forethought.policies import ConfigError, NoDecision
 from forethought.runtime import (
     Agent,
     AgentConfig,
+    EventBus,
     MqttBus,
     MqttConfig,
     MqttSecurity,
+    ZenohBus,
     parse_broker_url,
     payload_bytes,
+    zenoh_config,
 )
 from forethought.sims import load_spec
 
-__all__ = ["run_agent", "send_event"]
+__all__ = ["run_agent", "send_event", "send_event_zenoh"]
 
 
 def mqtt_settings(cfg: MqttConfig, tls: dict[str, Any]) -> MqttConfig:
     """``cfg`` with the command line's TLS and user flags (the password never comes here)."""
     given = {k: v for k, v in tls.items() if v is not None}
     return cfg.model_copy(update=given) if given else cfg
+
+
+def _bus(
+    cfg: AgentConfig,
+    *,
+    mqtt: str | None,
+    zenoh: list[str] | None,
+    zenoh_listen: list[str] | None,
+    agent_id: str | None,
+    tls: dict[str, Any],
+) -> tuple[EventBus, str, str]:
+    """The bus the flags and the configuration ask for: (bus, where, agent id)."""
+    z = cfg.zenoh
+    connect, listen = zenoh or z.connect, zenoh_listen or z.listen
+    if connect or listen:
+        if mqtt is not None:
+            raise ConfigError("--zenoh", connect or listen, "choose one bus: --mqtt or --zenoh")
+        ident = agent_id or z.agent_id
+        bus = ZenohBus(
+            agent_id=ident,
+            connect=connect,
+            listen=listen,
+            mode=z.mode,
+            multicast=z.multicast,
+            max_payload_bytes=z.max_payload_bytes,
+            queue_size=z.queue_size,
+        )
+        return bus, f"zenoh {' '.join([*connect, *listen])}", ident
+    settings = mqtt_settings(cfg.mqtt, tls)
+    url = mqtt or settings.url
+    if url is None:
+        raise ConfigError(
+            "mqtt", None, "give --mqtt mqtt://host:port or --zenoh tcp/host:port (or config)"
+        )
+    ident = agent_id or settings.agent_id
+    mqtt_bus = MqttBus(
+        url=url,
+        agent_id=ident,
+        events_filter=settings.events_filter,
+        max_payload_bytes=settings.max_payload_bytes,
+        queue_size=settings.queue_size,
+        security=settings.security(),
+    )
+    return mqtt_bus, f"{url}; events on {mqtt_bus.events_filter}", ident
 
 
 async def run_agent(
@@ -45,26 +92,18 @@ async def run_agent(
     config: Path | None,
     tls: dict[str, Any] | None = None,
     models: dict[str, str | None] | None = None,
+    zenoh: list[str] | None = None,
+    zenoh_listen: list[str] | None = None,
 ) -> int:
-    """Run an agent on a broker until SIGINT or SIGTERM; shut down cleanly.
+    """Run an agent on a broker or a Zenoh network until SIGINT or SIGTERM; shut down cleanly.
 
     A broker that refuses the credentials or whose certificate is not accepted ends the
     run with one ConfigError naming the cause.
     """
     given = {k: v for k, v in (models or {}).items() if v is not None}
     cfg = AgentConfig.load(config, **given)
-    settings = mqtt_settings(cfg.mqtt, tls or {})
-    url = mqtt or settings.url
-    if url is None:
-        raise ConfigError("mqtt", None, "give --mqtt mqtt://host:port (or mqtt.url in config)")
-    ident = agent_id or settings.agent_id
-    bus = MqttBus(
-        url=url,
-        agent_id=ident,
-        events_filter=settings.events_filter,
-        max_payload_bytes=settings.max_payload_bytes,
-        queue_size=settings.queue_size,
-        security=settings.security(),
+    bus, where, ident = _bus(
+        cfg, mqtt=mqtt, zenoh=zenoh, zenoh_listen=zenoh_listen, agent_id=agent_id, tls=tls or {}
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -74,8 +113,7 @@ async def run_agent(
     agent = Agent(load_spec(spec), bus=bus, config=cfg)
     async with agent:
         print(
-            f"forethought: agent {ident!r} ready on {url}; events on {bus.events_filter}, "
-            f"actions on {bus.actions_topic}; models: {agent.models()}",
+            f"forethought: agent {ident!r} ready on {where}; models: {agent.models()}",
             file=sys.stderr,
             flush=True,
         )
@@ -88,6 +126,7 @@ async def run_agent(
                 "decisions": stats["executor"]["decisions"],
                 "tiers": stats["executor"]["tiers"],
                 "tree_nodes": stats["tree"]["nodes"],
+                "bus": stats.get("bus"),
             }
         ).decode(),
         flush=True,
@@ -141,3 +180,38 @@ async def send_event(
         except TimeoutError:
             raise NoDecision(event_id, wait_s, f"is agent {agent_id!r} running?") from None
     raise NoDecision(event_id, wait_s, "the connection closed before a decision came")
+
+
+def _get_decision(connect: list[str], key: str, body: bytes, wait_s: float) -> dict[str, Any]:
+    import zenoh  # noqa: PLC0415 - forethought[zenoh]
+
+    with zenoh.open(zenoh_config(connect=connect)) as session:
+        t0 = time.perf_counter()
+        for reply in session.get(key, payload=body, timeout=wait_s):
+            if reply.ok is not None:
+                out: dict[str, Any] = orjson.loads(reply.ok.payload.to_bytes())
+            elif reply.err is not None:
+                out = {"error": orjson.loads(reply.err.payload.to_bytes())}
+            else:
+                continue
+            out["round_trip_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+            return out
+    raise NoDecision(key, wait_s, "no agent answered the decide query")
+
+
+async def send_event_zenoh(
+    *,
+    connect: list[str],
+    agent_id: str,
+    event_type: str,
+    params: dict[str, Any],
+    deadline_ms: float | None,
+    wait_s: float,
+) -> dict[str, Any]:
+    """Ask the agent's ``decide`` queryable for one decision and return it."""
+    event_id = f"send-{uuid.uuid4().hex[:12]}"
+    body: dict[str, Any] = {"id": event_id, "type": event_type, "params": params}
+    if deadline_ms is not None:
+        body["deadline_ms"] = deadline_ms
+    key = f"forethought/{agent_id}/decide"
+    return await asyncio.to_thread(_get_decision, connect, key, orjson.dumps(body), wait_s)

@@ -2,13 +2,14 @@
 
 from ._agent import Agent
 from ._bus import EventBus, InProcessBus
-from ._config import AgentConfig, MqttConfig, ServerConfig
+from ._config import AgentConfig, MqttConfig, ServerConfig, ZenohConfig
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
 from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 from ._serve import serve
+from ._zenoh import ZenohBus, ZenohStats, zenoh_config
 
 __all__ = [
     "Agent",
@@ -29,10 +30,14 @@ __all__ = [
     "ReplyTo",
     "ServerConfig",
     "Tier",
+    "ZenohBus",
+    "ZenohConfig",
+    "ZenohStats",
     "parse_broker_url",
     "parse_mqtt_url",
     "parse_payload",
     "payload_bytes",
     "refusal",
     "serve",
+    "zenoh_config",
 ]

@@ -23,7 +23,7 @@ from forethought.policies import ConfigError, first_problem
 from ._executor import ExecutorConfig
 from ._mqtt_security import MqttSecurity
 
-__all__ = ["AgentConfig", "MqttConfig", "ServerConfig"]
+__all__ = ["AgentConfig", "MqttConfig", "ServerConfig", "ZenohConfig"]
 
 
 class MqttConfig(BaseModel):
@@ -76,6 +76,23 @@ class MqttConfig(BaseModel):
             key_file=self.key_file,
             insecure=self.insecure,
         )
+
+
+class ZenohConfig(BaseModel):
+    """Zenoh bus settings (``forethought run --zenoh``; needs ``forethought[zenoh]``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    connect: list[str] = Field(default_factory=list)
+    """Endpoints to connect to, e.g. ``tcp/127.0.0.1:7447``."""
+    listen: list[str] = Field(default_factory=list)
+    """Endpoints to listen on."""
+    mode: str = "peer"
+    multicast: bool = False
+    """Discover peers by multicast scouting (off: the endpoints above only)."""
+    agent_id: str = "agent"
+    max_payload_bytes: int = Field(default=65_536, ge=64)
+    queue_size: int = Field(default=256, ge=1)
 
 
 class ServerConfig(BaseModel):
@@ -146,6 +163,7 @@ class AgentConfig(BaseSettings):
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     mqtt: MqttConfig = Field(default_factory=MqttConfig)
+    zenoh: ZenohConfig = Field(default_factory=ZenohConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
 
     @classmethod

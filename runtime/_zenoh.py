@@ -1,0 +1,303 @@
+"""ZenohBus: events from a Zenoh network, decisions back to it (eclipse-zenoh 1.x).
+
+The same contract as :class:`~forethought.runtime.MqttBus`, on Zenoh's key expressions under
+``forethought/<agent_id>/``:
+
+* events are subscribed on ``events/**``; each decision is put on ``actions``;
+* malformed payloads (too large, not UTF-8, not JSON, wrong fields) are reported on ``errors``;
+* a liveliness token ``alive`` says the agent is up -- Zenoh's counterpart of a retained status
+  and a last will: it disappears for every subscriber when the session closes or dies;
+* a queryable ``decide`` answers a ``get`` with the decision (request/reply, the counterpart of
+  MQTT 5's response topic); a malformed query gets an error reply.
+
+Peer mode by default, with explicit ``connect``/``listen`` endpoints (multicast scouting off
+unless asked for). Zenoh delivers samples on its own threads: the callbacks only copy the bytes
+and hand them to the event loop, where everything else happens. Waiting events are bounded:
+when the queue is full the oldest is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+import orjson
+
+from forethought.policies import ConfigError, InvalidEvent, NotStarted
+
+from ._decision import Decision
+from ._event import Arrival, Event, parse_payload
+
+__all__ = ["ZenohBus", "ZenohStats", "zenoh_config"]
+
+log = logging.getLogger("forethought.zenoh")
+
+
+@dataclass(slots=True)
+class ZenohStats:
+    """Counters of one bus."""
+
+    received: int = 0
+    malformed: int = 0
+    dropped_full: int = 0
+    expired: int = 0
+    published: int = 0
+    publish_failures: int = 0
+    queries: int = 0
+    queries_answered: int = 0
+
+
+def zenoh_config(
+    *,
+    mode: str = "peer",
+    connect: Sequence[str] = (),
+    listen: Sequence[str] = (),
+    multicast: bool = False,
+) -> Any:
+    """A ``zenoh.Config`` for these endpoints (endpoints look like ``tcp/127.0.0.1:7447``)."""
+    import zenoh  # noqa: PLC0415 - an optional extra: forethought[zenoh]
+
+    if mode not in ("peer", "client"):
+        raise ConfigError("zenoh.mode", mode, "choose peer or client")
+    for field, endpoints in (("zenoh.connect", connect), ("zenoh.listen", listen)):
+        for e in endpoints:
+            if "/" not in e:
+                raise ConfigError(field, e, "an endpoint looks like tcp/127.0.0.1:7447")
+    config = zenoh.Config()
+    config.insert_json5("mode", json.dumps(mode))
+    config.insert_json5("connect/endpoints", json.dumps(list(connect)))
+    config.insert_json5("listen/endpoints", json.dumps(list(listen)))
+    config.insert_json5("scouting/multicast/enabled", json.dumps(multicast))
+    return config
+
+
+def _zenoh() -> Any:
+    try:
+        import zenoh  # noqa: PLC0415
+    except ImportError:
+        raise ConfigError(
+            "zenoh", None, "not installed: pip install 'forethought[zenoh]'"
+        ) from None
+    return zenoh
+
+
+class ZenohBus:
+    """An EventBus on a Zenoh network.
+
+    Args:
+        agent_id: names the keys (``forethought/<agent_id>/...``).
+        connect: endpoints to connect to (``tcp/host:port``).
+        listen: endpoints to listen on.
+        mode: ``peer`` (default) or ``client`` (through a router).
+        multicast: discover peers by multicast scouting (off: explicit endpoints only).
+        max_payload_bytes: larger payloads are rejected on the errors key.
+        queue_size: the most events waiting to be decided.
+        wall_ns: the wall clock, read only to place ``deadline_ns`` on the loop's clock.
+
+    """
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        connect: Sequence[str] = (),
+        listen: Sequence[str] = (),
+        mode: str = "peer",
+        multicast: bool = False,
+        max_payload_bytes: int = 65_536,
+        queue_size: int = 256,
+        wall_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        if not agent_id or any(c in agent_id for c in "*$?#/"):
+            raise ConfigError("agent_id", agent_id, "must be non-empty, without * $ ? # or /")
+        if queue_size < 1:
+            raise ConfigError("queue_size", queue_size, "must be at least 1")
+        self._mode, self._multicast = mode, multicast
+        self._connect, self._listen = tuple(connect), tuple(listen)
+        self._config()  # validates now; opens nothing
+        base = f"forethought/{agent_id}"
+        self.agent_id = agent_id
+        self.events_key = f"{base}/events/**"
+        self.actions_key = f"{base}/actions"
+        self.errors_key = f"{base}/errors"
+        self.decide_key = f"{base}/decide"
+        self.alive_key = f"{base}/alive"
+        self._max_bytes = max_payload_bytes
+        self._queue_size = queue_size
+        self._wall_ns = wall_ns
+        self._pending: deque[Event] = deque()
+        self._arrived = asyncio.Event()
+        self._queries: dict[str, Any] = {}
+        self._session: Any = None
+        self._declared: list[Any] = []
+        self._actions: Any = None
+        self._errors: Any = None
+        self.stats = ZenohStats()
+
+    def _config(self) -> Any:
+        return zenoh_config(
+            mode=self._mode, connect=self._connect, listen=self._listen, multicast=self._multicast
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        zenoh = _zenoh()
+        loop = asyncio.get_running_loop()
+        config = self._config()
+        try:
+            session = await asyncio.to_thread(zenoh.open, config)
+        except zenoh.ZError as exc:
+            where = [*self._connect, *self._listen]
+            raise ConfigError("zenoh", where, f"cannot open a session: {exc}") from None
+        self._session = session
+
+        def on_sample(sample: Any) -> None:  # a Zenoh thread: copy, hand over, return
+            loop.call_soon_threadsafe(
+                self._receive, sample.payload.to_bytes(), str(sample.key_expr)
+            )
+
+        def on_query(query: Any) -> None:
+            payload = query.payload.to_bytes() if query.payload is not None else b""
+            loop.call_soon_threadsafe(self._query, query, payload)
+
+        self._declared = [
+            session.declare_subscriber(self.events_key, on_sample),
+            session.declare_queryable(self.decide_key, on_query),
+            session.liveliness().declare_token(self.alive_key),
+        ]
+        self._actions = session.declare_publisher(self.actions_key)
+        self._errors = session.declare_publisher(self.errors_key)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        session, self._session = self._session, None
+        for query in self._queries.values():
+            with contextlib.suppress(Exception):
+                query.drop()
+        self._queries.clear()
+        if session is None:
+            return
+        for entity in (*self._declared, self._actions, self._errors):
+            with contextlib.suppress(Exception):
+                entity.undeclare()
+        self._declared = []
+        # Closing drops the liveliness token: every watcher sees the agent go.
+        await asyncio.to_thread(session.close)
+
+    async def run(self) -> None:
+        """Zenoh keeps its links itself (peers reconnect on their own): wait until cancelled."""
+        await asyncio.Event().wait()
+
+    # -- incoming -----------------------------------------------------------------------------
+
+    def _parse(self, raw: bytes) -> Event:
+        payload = parse_payload(raw, max_bytes=self._max_bytes)
+        return Event.from_payload(payload, arrival=Arrival.now(self._wall_ns))
+
+    def _receive(self, raw: bytes, key: str) -> None:
+        self.stats.received += 1
+        try:
+            event = self._parse(raw)
+        except InvalidEvent as exc:
+            self.stats.malformed += 1
+            self._report(None, str(exc), raw, key=key)
+            return
+        self._enqueue(event)
+
+    def _query(self, query: Any, raw: bytes) -> None:
+        self.stats.queries += 1
+        try:
+            event = self._parse(raw)
+        except InvalidEvent as exc:
+            self.stats.malformed += 1
+            self._report(None, str(exc), raw, key=self.decide_key)
+            with contextlib.suppress(Exception):
+                query.reply_err(orjson.dumps({"error": str(exc)}))
+                query.drop()
+            return
+        previous = self._queries.pop(event.id, None)
+        if previous is not None:  # the same id asked again: the older asker gets an answer
+            with contextlib.suppress(Exception):
+                previous.reply_err(orjson.dumps({"error": "superseded by a newer query"}))
+                previous.drop()
+        self._queries[event.id] = query
+        self._enqueue(event)
+
+    def _enqueue(self, event: Event) -> None:
+        if len(self._pending) >= self._queue_size:
+            dropped = self._pending.popleft()
+            self.stats.dropped_full += 1
+            self._report(dropped, "queue full: dropped as the oldest waiting event", None)
+            self._answer_error(dropped.id, "queue full: dropped")
+        self._pending.append(event)
+        self._arrived.set()
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Validated events, oldest first."""
+        while True:
+            while not self._pending:
+                self._arrived.clear()
+                await self._arrived.wait()
+            yield self._pending.popleft()
+
+    # -- outgoing -----------------------------------------------------------------------------
+
+    async def publish(self, event: Event, decision: Decision) -> None:
+        """Put the decision on ``actions`` (and answer the event's ``decide`` query, if any)."""
+        if self._actions is None:
+            raise NotStarted("ZenohBus")
+        body = orjson.dumps(decision.payload())
+        try:
+            self._actions.put(body)
+            self.stats.published += 1
+        except Exception as exc:  # a Zenoh failure must not stop the agent
+            self.stats.publish_failures += 1
+            log.warning("putting the decision for %s failed: %s", event.id, exc)
+        query = self._queries.pop(event.id, None)
+        if query is not None:
+            try:
+                query.reply(self.decide_key, body)
+                self.stats.queries_answered += 1
+            except Exception as exc:
+                log.warning("answering the query for %s failed: %s", event.id, exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    query.drop()
+
+    async def reject(self, event: Event | None, reason: str, raw: bytes | None = None) -> None:
+        """Report an event that will not be decided on ``errors`` (and to its asker)."""
+        if reason.startswith("expired"):
+            self.stats.expired += 1
+        self._report(event, reason, raw)
+        if event is not None:
+            self._answer_error(event.id, reason)
+
+    def _answer_error(self, event_id: str, reason: str) -> None:
+        query = self._queries.pop(event_id, None)
+        if query is not None:
+            with contextlib.suppress(Exception):
+                query.reply_err(orjson.dumps({"id": event_id, "error": reason}))
+                query.drop()
+
+    def _report(
+        self, event: Event | None, reason: str, raw: bytes | None, key: str | None = None
+    ) -> None:
+        body: dict[str, Any] = {"error": reason}
+        if event is not None:
+            body["id"] = event.id
+        if raw is not None:
+            body["payload"] = raw[:200].decode("utf-8", "replace")
+        if key is not None:
+            body["key"] = key
+        if self._errors is None:
+            return
+        with contextlib.suppress(Exception):
+            self._errors.put(orjson.dumps(body))
