@@ -57,45 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON"
     )
-    run = sub.add_parser("run", help="run an agent on an MQTT broker until SIGINT/SIGTERM")
-    run.add_argument("spec", type=Path, help="agent spec (YAML or JSON; a scenario works too)")
-    run.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port or mqtts://")
-    run.add_argument(
-        "--zenoh",
-        action="append",
-        default=None,
-        metavar="ENDPOINT",
-        help="a Zenoh endpoint to connect to, tcp/host:port (repeatable)",
-    )
-    run.add_argument(
-        "--zenoh-listen",
-        action="append",
-        default=None,
-        metavar="ENDPOINT",
-        help="a Zenoh endpoint to listen on (repeatable)",
-    )
-    run.add_argument("--agent-id", default=None, help="names the topics (default: agent)")
-    run.add_argument("--config", type=Path, default=None, help="TOML configuration file")
-    run.add_argument("--model", default=None, help="both roles' model: alias, dir, .gguf or URL")
-    run.add_argument("--planner-model", default=None, help="the planner's own model (or URL)")
-    run.add_argument("--live-model", default=None, help="the live tiers' own model (or URL)")
-    _tls_flags(run)
-    send = sub.add_parser("send", help="publish a test event and print the decision")
-    send.add_argument("type", help="event type")
-    send.add_argument("--params", default="{}", help="event parameters as a JSON object")
-    send.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port or mqtts://")
-    send.add_argument(
-        "--zenoh",
-        action="append",
-        default=None,
-        metavar="ENDPOINT",
-        help="ask over Zenoh (the agent's decide queryable): tcp/host:port",
-    )
-    send.add_argument("--config", type=Path, default=None, help="TOML configuration file")
-    _tls_flags(send)
-    send.add_argument("--agent-id", default="agent")
-    send.add_argument("--deadline-ms", type=float, default=None)
-    send.add_argument("--wait", type=float, default=10.0, help="seconds to wait for the answer")
+    _add_run(sub)
+    _add_send(sub)
     sim = sub.add_parser(
         "sim", help="replay a scenario: live-naive, live, tree, hybrid side by side, with reports"
     )
@@ -119,6 +82,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--model", default=DEFAULT_MODEL)
     sim.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the replay as an MCAP file (events, decisions, state, planner)",
+    )
+    sim.add_argument(
+        "--map",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="with a .mcap recording as the scenario: which channel and fields make events",
+    )
+    sim.add_argument(
+        "--spec",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="with a .mcap recording as the scenario: the agent spec (and grading rules)",
+    )
+    sim.add_argument(
         "--planner",
         default=None,
         metavar="URL",
@@ -137,6 +121,60 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--agent-id", default="agent", help="the running agent's id (--mqtt)")
     return parser
+
+
+def _add_run(sub: Any) -> None:
+    """``forethought run``'s flags."""
+    run = sub.add_parser("run", help="run an agent on an MQTT broker until SIGINT/SIGTERM")
+    run.add_argument("spec", type=Path, help="agent spec (YAML or JSON; a scenario works too)")
+    run.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port or mqtts://")
+    run.add_argument(
+        "--zenoh",
+        action="append",
+        default=None,
+        metavar="ENDPOINT",
+        help="a Zenoh endpoint to connect to, tcp/host:port (repeatable)",
+    )
+    run.add_argument(
+        "--zenoh-listen",
+        action="append",
+        default=None,
+        metavar="ENDPOINT",
+        help="a Zenoh endpoint to listen on (repeatable)",
+    )
+    run.add_argument("--agent-id", default=None, help="names the topics (default: agent)")
+    run.add_argument("--config", type=Path, default=None, help="TOML configuration file")
+    run.add_argument("--model", default=None, help="both roles' model: alias, dir, .gguf or URL")
+    run.add_argument("--planner-model", default=None, help="the planner's own model (or URL)")
+    run.add_argument("--live-model", default=None, help="the live tiers' own model (or URL)")
+    run.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="record events, decisions, state and planner figures to this MCAP file",
+    )
+    _tls_flags(run)
+
+
+def _add_send(sub: Any) -> None:
+    """``forethought send``'s flags."""
+    send = sub.add_parser("send", help="publish a test event and print the decision")
+    send.add_argument("type", help="event type")
+    send.add_argument("--params", default="{}", help="event parameters as a JSON object")
+    send.add_argument("--mqtt", default=None, metavar="URL", help="mqtt://host:port or mqtts://")
+    send.add_argument(
+        "--zenoh",
+        action="append",
+        default=None,
+        metavar="ENDPOINT",
+        help="ask over Zenoh (the agent's decide queryable): tcp/host:port",
+    )
+    send.add_argument("--config", type=Path, default=None, help="TOML configuration file")
+    _tls_flags(send)
+    send.add_argument("--agent-id", default="agent")
+    send.add_argument("--deadline-ms", type=float, default=None)
+    send.add_argument("--wait", type=float, default=10.0, help="seconds to wait for the answer")
 
 
 def _tls_flags(p: argparse.ArgumentParser) -> None:
@@ -210,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mqtt=args.mqtt,
                 agent_id=args.agent_id,
                 planner=args.planner,
+                record=args.record,
+                mapping=args.map,
+                spec=args.spec,
             )
         elif args.command == "run":
             from forethought._commands import run_agent  # noqa: PLC0415
@@ -228,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     },
                     zenoh=args.zenoh,
                     zenoh_listen=args.zenoh_listen,
+                    record=args.record,
                 )
             )
         elif args.command == "send":

@@ -21,6 +21,7 @@ from forethought.runtime import (
     Agent,
     AgentConfig,
     EventBus,
+    McapRecorder,
     MqttBus,
     MqttConfig,
     MqttSecurity,
@@ -94,6 +95,7 @@ async def run_agent(
     models: dict[str, str | None] | None = None,
     zenoh: list[str] | None = None,
     zenoh_listen: list[str] | None = None,
+    record: Path | None = None,
 ) -> int:
     """Run an agent on a broker or a Zenoh network until SIGINT or SIGTERM; shut down cleanly.
 
@@ -110,7 +112,16 @@ async def run_agent(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     # A scenario file is a spec plus a trace and grading: load_spec leaves those out.
-    agent = Agent(load_spec(spec), bus=bus, config=cfg)
+    recorder = McapRecorder(record).open() if record is not None else None
+    agent = Agent(load_spec(spec), bus=bus, config=cfg, recorder=recorder)
+    try:
+        return await _serve_agent(agent, ident, where, stop)
+    finally:
+        if recorder is not None:
+            recorder.close()
+
+
+async def _serve_agent(agent: Agent, ident: str, where: str, stop: asyncio.Event) -> int:
     async with agent:
         print(
             f"forethought: agent {ident!r} ready on {where}; models: {agent.models()}",

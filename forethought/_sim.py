@@ -22,6 +22,7 @@ from forethought.sims import (
     load_scenario,
     metrics,
     profile_figures,
+    record_replay,
     replay,
     replay_over_mqtt,
     resolve_profile,
@@ -102,6 +103,9 @@ def run_sim(
     report: Path | None,
     seed: int | None = None,
     planner: str | None = None,
+    record: Path | None = None,
+    mapping: Path | None = None,
+    spec: Path | None = None,
 ) -> dict[str, Any]:
     """Load, replay, print the table, write the outputs.
 
@@ -109,7 +113,14 @@ def run_sim(
     side: all in-process, and with the planner on the server (``<name>@server``) while the
     live tiers stay in-process.
     """
-    scenario = load_scenario(scenario_path)
+    if scenario_path.suffix == ".mcap":  # a robot's recording: the spec and mapping say how
+        if spec is None or mapping is None:
+            raise ConfigError(
+                "scenario", str(scenario_path), "replaying a recording needs --spec and --map"
+            )
+        scenario = load_scenario(spec, recording=(scenario_path, mapping))
+    else:
+        scenario = load_scenario(scenario_path)
     names = _strategies(strategy)
     if clock not in ("virtual", "real"):
         raise ConfigError("--clock", clock, "choose virtual or real")
@@ -146,6 +157,9 @@ def run_sim(
         runs.update(_with_server_planner(scenario, backend, names, planner, clock, prof, speed))
     add_references(scenario, runs, backend)
     figures = {"name": pname, **profile_figures(prof)}
+    if record is not None:
+        n = record_replay(record, scenario, runs)
+        print(f"mcap: {record} ({n} messages)")
     return _outputs(scenario, runs, model=model, clock=clock, profile=figures, **outputs)
 
 

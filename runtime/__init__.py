@@ -8,10 +8,12 @@ from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
 from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
+from ._recorder import CHANNELS, McapMessage, McapRecorder, read_mcap_json
 from ._serve import serve
 from ._zenoh import ZenohBus, ZenohStats, zenoh_config
 
 __all__ = [
+    "CHANNELS",
     "Agent",
     "AgentConfig",
     "Arrival",
@@ -23,6 +25,8 @@ __all__ = [
     "ExecutorConfig",
     "ExecutorStats",
     "InProcessBus",
+    "McapMessage",
+    "McapRecorder",
     "MqttBus",
     "MqttConfig",
     "MqttSecurity",
@@ -37,6 +41,7 @@ __all__ = [
     "parse_mqtt_url",
     "parse_payload",
     "payload_bytes",
+    "read_mcap_json",
     "refusal",
     "serve",
     "zenoh_config",

@@ -45,6 +45,7 @@ from ._config import AgentConfig
 from ._decision import Decision
 from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
+from ._recorder import McapRecorder
 from ._serve import serve
 
 __all__ = ["Agent"]
@@ -62,6 +63,8 @@ class Agent:
         planner_backend: the planner's own model (default: ``config.planner_model``'s, else
             ``backend``). A separate model gets a gate of its own: planning on it never waits
             for, nor is preempted by, the live tiers.
+        recorder: an open :class:`McapRecorder` that gets every event, decision, state change
+            and, each second, the planner's figures.
         bus: where events come from (optional; :meth:`decide` works without one).
         config: how to run (default: :meth:`AgentConfig.defaults`, which reads nothing).
 
@@ -75,6 +78,7 @@ class Agent:
         planner_backend: ModelBackend | None = None,
         bus: EventBus | None = None,
         config: AgentConfig | None = None,
+        recorder: McapRecorder | None = None,
     ) -> None:
         self.spec = spec
         self.config = config or AgentConfig.defaults()
@@ -83,6 +87,7 @@ class Agent:
         self._backend = backend
         self._planner_backend = planner_backend
         self.bus = bus
+        self.recorder = recorder
         self._state = spec.initial_state(max_bytes=self.config.max_state_bytes)
         self.gate = ModelGate()
         self.tree = PolicyTree(
@@ -244,6 +249,8 @@ class Agent:
         async with asyncio.TaskGroup() as tg:
             if self.planner is not None:
                 tg.create_task(self.planner.run(), name=f"forethought[{name}].planner")
+            if self.recorder is not None and self.planner is not None:
+                tg.create_task(self._record_planner(), name=f"forethought[{name}].recorder")
             if self.bus is not None:
                 tg.create_task(self.bus.run(), name=f"forethought[{name}].bus")
                 tg.create_task(
@@ -251,6 +258,18 @@ class Agent:
                     name=f"forethought[{name}].serve",
                 )
             started.set()
+
+    async def _record_planner(self, every_s: float = 1.0) -> None:
+        planner, rec = self.planner, self.recorder
+        assert planner is not None
+        assert rec is not None
+        while True:
+            await asyncio.sleep(every_s)
+            st = planner.stats
+            rec.write(
+                "/forethought/planner",
+                {"branches": st.branches, "coverage": planner.coverage(), "busy_s": st.busy_s},
+            )
 
     def _load_snapshot(self) -> None:
         path = self.config.snapshot
@@ -317,7 +336,35 @@ class Agent:
             self.update_state(event.state)
         decision = await executor.decide(event, self._state)
         self._after(decision)
+        if self.recorder is not None:
+            self._record(event, decision)
         return decision
+
+    def _record(self, event: Event, decision: Decision) -> None:
+        assert self.recorder is not None
+        rec = self.recorder
+        # Log times on the recorder's clock: the event when it arrived, the decision when made.
+        now_ns = rec.now_ns()
+        loop_now = asyncio.get_running_loop().time()
+        at = now_ns - int((loop_now - event.arrived_at) * 1e9)
+        deadline_ms = (
+            (event.deadline - event.arrived_at) * 1e3 if event.deadline is not None else None
+        )
+        rec.write(
+            "/forethought/events",
+            {
+                "id": event.id,
+                "type": event.type,
+                "params": event.params,
+                "deadline_ms": deadline_ms,
+            },
+            at,
+        )
+        rec.write(
+            "/forethought/decisions",
+            {**decision.payload(), "deadline_ms": deadline_ms},
+            now_ns - int((loop_now - decision.decided_at) * 1e9),
+        )
 
     def _after(self, decision: Decision) -> None:
         key: EventKey | None = decision.key
@@ -333,7 +380,10 @@ class Agent:
         self._set_state(self._state.patched(patch), external=True)
 
     def _set_state(self, state: WorldState, *, external: bool) -> None:
+        changed = state.fingerprint != self._state.fingerprint
         self._state = state
+        if self.recorder is not None and changed:
+            self.recorder.write("/forethought/state", state.data)
         if self.planner is not None:
             self.planner.set_state(state, external=external)
 

@@ -6,6 +6,7 @@ from ._charged import ChargedClock
 from ._fidelity import add_references
 from ._grading import Grader, Rule
 from ._levers import LEVERS, fixed_profile, lever_line, lever_runs, without_abstraction
+from ._mcap import McapMapping, McapTrace, load_mapping, record_replay, trace_from_mcap
 from ._mqtt_replay import replay_over_mqtt
 from ._profiles import PROFILES, measure_profile, profile_figures, resolve_profile
 from ._records import Record, StrategyRun
@@ -31,6 +32,8 @@ __all__ = [
     "Drift",
     "Generate",
     "Grader",
+    "McapMapping",
+    "McapTrace",
     "Record",
     "Rule",
     "Scenario",
@@ -41,17 +44,20 @@ __all__ = [
     "fixed_profile",
     "lever_line",
     "lever_runs",
+    "load_mapping",
     "load_scenario",
     "load_spec",
     "measure_profile",
     "metrics",
     "profile_figures",
+    "record_replay",
     "replay",
     "replay_over_mqtt",
     "resolve_profile",
     "run_virtual",
     "shipped_scenarios",
     "table",
+    "trace_from_mcap",
     "without_abstraction",
     "write_decisions",
     "write_json",

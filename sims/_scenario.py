@@ -6,8 +6,9 @@ types drawn by weight, parameters drawn from their domains, numbers jittered off
 Optional: ``profile`` (the simulated device: a shipped profile's name, or figures such as
 ``{step_ms: 8.6, prefill_us_per_token: 50}``), ``perception_ms`` (time perception spends
 between the stimulus and the event reaching the agent: one figure, or one per event type; the
-deadline still counts from the stimulus), ``seed`` (the charged model time's draws) and
-``accept`` on event types and trace events (grading rules, :mod:`._grading`).
+deadline still counts from the stimulus), ``seed`` (the charged model time's draws),
+``mcap`` (a robot's recording as the trace, :mod:`._mcap`) and ``accept`` on event types and
+trace events (grading rules, :mod:`._grading`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ __all__ = [
     "load_spec",
 ]
 
-SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "perception_ms", "seed"})
+SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "perception_ms", "seed", "mcap"})
 """Top-level keys of a scenario file that are not part of the agent spec."""
 
 
@@ -311,12 +312,21 @@ def load_spec(path: str | Path) -> AgentSpec:
     return _spec_of(path, load_document(path))
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Load a YAML or JSON scenario; errors name the file, the field path and the problem."""
+def load_scenario(path: str | Path, *, recording: tuple[Path, Path] | None = None) -> Scenario:
+    """Load a YAML or JSON scenario; errors name the file, the field path and the problem.
+
+    ``recording`` (an MCAP file and its mapping) replaces the file's trace and generated
+    events: a spec file with grading rules and a robot's recording make a scenario.
+    """
     data = load_document(path)
     spec = _spec_of(path, data)
     graders = _graders(path, data, spec)
-    rest = {k: data[k] for k in SCENARIO_KEYS if k in data}
+    rest = {k: data[k] for k in SCENARIO_KEYS if k in data and k != "mcap"}
+    recorded = _recorded(path, data.get("mcap"), recording)
+    if recorded is not None:
+        rest = {k: v for k, v in rest.items() if k not in ("trace", "generate")} | {
+            "trace": [*(rest.get("trace") or []), *recorded] if recording is None else recorded
+        }
     try:
         scenario = Scenario.model_validate({"spec": spec, **rest})
     except ValidationError as exc:
@@ -342,3 +352,29 @@ def load_scenario(path: str | Path) -> Scenario:
         for i, ev in enumerate(scenario.trace)
     ]
     return scenario.model_copy(update={"graders": graders, "trace": trace})
+
+
+def _recorded(
+    path: str | Path, block: Any, recording: tuple[Path, Path] | None
+) -> list[dict[str, Any]] | None:
+    """The trace events of the scenario's ``mcap`` block, or of ``recording``."""
+    # Imported here: the MCAP module builds on this one (TraceEvent, Scenario).
+    from ._mcap import McapTrace, load_mapping, trace_from_mcap  # noqa: PLC0415
+
+    if recording is not None:
+        mcap_path, map_path = recording
+    elif block is None:
+        return None
+    else:
+        try:
+            ref = McapTrace.model_validate(block)
+        except ValidationError as exc:
+            where, value, problem = first_problem(exc, "mcap")
+            raise ConfigError(f"{path}: {where}", value, problem) from None
+        base = Path(path).parent
+        mcap_path, map_path = base / ref.path, base / ref.map
+    for p in (mcap_path, map_path):
+        if not p.is_file():
+            raise ConfigError(f"{path}: mcap", str(p), "no such file")
+    events = trace_from_mcap(mcap_path, load_mapping(map_path))
+    return [e.model_dump(exclude={"grader"}, exclude_none=True) for e in events]

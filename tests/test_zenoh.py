@@ -99,7 +99,9 @@ def spec_file(tmp_path: Path) -> Path:
     return path
 
 
-def _start_agent(spec: Path, port: int, model: Path) -> subprocess.Popen[bytes]:
+def _start_agent(
+    spec: Path, port: int, model: Path, record: Path | None = None
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -110,6 +112,8 @@ def _start_agent(spec: Path, port: int, model: Path) -> subprocess.Popen[bytes]:
         sys.executable, "-m", "forethought._cli", "run", str(spec),
         "--zenoh", f"tcp/127.0.0.1:{port}", "--agent-id", AGENT, "--model", str(model),
     ]  # fmt: skip
+    if record is not None:
+        cmd += ["--record", str(record)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -127,9 +131,10 @@ def peer() -> Iterator[Peer]:
 
 
 def test_round_trip_decide_bad_input_and_flood(
-    peer: Peer, spec_file: Path, tiny_model_dir: Path
+    peer: Peer, spec_file: Path, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    proc = _start_agent(spec_file, peer.port, tiny_model_dir)
+    recording = tmp_path / "run.mcap"
+    proc = _start_agent(spec_file, peer.port, tiny_model_dir, record=recording)
     try:
         assert peer.liveliness(120) == "PUT"
         # An event put -> its action on the actions key.
@@ -172,6 +177,15 @@ def test_round_trip_decide_bad_input_and_flood(
         assert bus["malformed"] == 5  # four puts and the malformed query
         assert bus["received"] == 1 + 4 + 400
         assert bus["dropped_full"] + decided == 400
+        # `run --record`: what the agent saw and did, read back from the MCAP file.
+        from forethought.runtime import read_mcap_json
+
+        messages = list(read_mcap_json(recording))
+        decisions = [m.json() for m in messages if m.topic == "/forethought/decisions"]
+        events = [m.json() for m in messages if m.topic == "/forethought/events"]
+        assert len(decisions) == len(events) == 2 + decided
+        assert {"r1", "q1"} <= {d["id"] for d in decisions}
+        assert all(d["tier"] in ("tree", "score", "live", "default") for d in decisions)
     finally:
         _stop(proc)
 
