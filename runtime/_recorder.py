@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Self
+from typing import Any, BinaryIO, Self, cast
 
 import orjson
 
@@ -102,7 +102,9 @@ class McapRecorder:
         # Unbuffered: each finished chunk goes to the OS at once, so a kill loses one chunk.
         self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115
         writer = Writer(
-            _Straight(self._file), chunk_size=self._chunk_size, compression=CompressionType.ZSTD
+            cast(Any, _Straight(self._file)),  # duck-typed: it needs write() and tell()
+            chunk_size=self._chunk_size,
+            compression=CompressionType.ZSTD,
         )
         writer.start(profile="", library="forethought")
         for topic, schema in CHANNELS.items():
