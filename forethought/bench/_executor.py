@@ -21,9 +21,18 @@ import orjson
 
 from forethought.planner import ModelBackend, PlannerConfig, ProcessBackend, TransformersBackend
 from forethought.policies import AgentSpec
-from forethought.runtime import Agent, AgentConfig, Event, MqttBus, Tier, payload_bytes
+from forethought.runtime import (
+    Agent,
+    AgentConfig,
+    Event,
+    MqttBus,
+    Tier,
+    ZenohBus,
+    payload_bytes,
+    zenoh_config,
+)
 
-from ._broker import MosquittoBroker, mosquitto_path
+from ._broker import MosquittoBroker, free_port, mosquitto_path
 from ._model import BENCH_ACTION
 
 __all__ = ["run_executor_bench"]
@@ -164,6 +173,73 @@ async def _mqtt_run(
     }
 
 
+async def _zenoh_run(
+    backend: ModelBackend, spec: AgentSpec, keys: list[Any], n: int, hz: float
+) -> dict[str, Any]:
+    """The MQTT run's twin on Zenoh: the agent listens on loopback, a peer session puts."""
+    import zenoh  # noqa: PLC0415 - forethought[zenoh]
+
+    port = free_port()
+    bus = ZenohBus(agent_id="bench", listen=[f"tcp/127.0.0.1:{port}"])
+    cfg = AgentConfig.defaults(
+        planner=PlannerConfig(batch_size=4, horizon=1, min_value=0.0, cost_weight=0.0)
+    )
+    agent = Agent(spec, backend=backend, bus=bus, config=cfg)
+    loop = asyncio.get_running_loop()
+    sent: dict[str, float] = {}
+    rtt: list[float] = []
+    done = asyncio.Event()
+
+    def arrived(body: bytes, at: float) -> None:
+        t = sent.pop(orjson.loads(body)["id"], None)
+        if t is not None:
+            rtt.append(at - t)
+        if len(rtt) >= n:
+            done.set()
+
+    def on_action(sample: Any) -> None:  # a Zenoh thread: stamp, then hand to the loop
+        loop.call_soon_threadsafe(arrived, sample.payload.to_bytes(), time.perf_counter())
+
+    async with agent:
+        session = await asyncio.to_thread(
+            zenoh.open, zenoh_config(connect=[f"tcp/127.0.0.1:{port}"])
+        )
+        try:
+            sub = session.declare_subscriber("forethought/bench/actions", on_action)
+            pub = session.declare_publisher("forethought/bench/events/obstacle")
+            await asyncio.sleep(0.5)  # the link and the subscriptions settle
+            for k in keys:
+                agent.tree.insert(k)
+            rng = random.Random(9)
+            start = loop.time() + 0.05
+            assert agent.planner is not None
+            busy0 = agent.planner.stats.busy_s
+            for i in range(n):
+                delay = start + i / hz - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                node = rng.choice(keys)
+                body = {"id": f"z{i}", "type": node.key.type, "params": dict(node.key.params)}
+                sent[body["id"]] = time.perf_counter()
+                pub.put(orjson.dumps(body))
+            async with asyncio.timeout(30):
+                await done.wait()
+            busy = (agent.planner.stats.busy_s - busy0) / (loop.time() - start)
+            sub.undeclare()  # type: ignore[no-untyped-call]
+            pub.undeclare()  # type: ignore[no-untyped-call]
+        finally:
+            await asyncio.to_thread(session.close)
+    return {
+        "events": n,
+        "hz": hz,
+        "planner_busy_fraction": busy,
+        "received": len(rtt),
+        "p50_ms": _q(rtt, 0.5),
+        "p99_ms": _q(rtt, 0.99),
+        "max_ms": max(rtt) * 1e3,
+    }
+
+
 async def _one_mode(
     backend: ModelBackend,
     mode: str,
@@ -194,8 +270,9 @@ async def _one_mode(
             f"{r['loop_lag_max_ms']:.2f} ms"
         )
         keys = list(agent.tree.branches(agent.state.fingerprint))
+    n = 500 if quick else 3_000
     if broker is not None:
-        m = await _mqtt_run(backend, spec, keys, 500 if quick else 3_000, 50.0, broker.port)
+        m = await _mqtt_run(backend, spec, keys, n, 50.0, broker.port)
         out["mqtt"] = m
         say(
             f"  mqtt [{mode}]: {m['received']}/{m['events']} at 50 Hz, planner busy "
@@ -204,6 +281,17 @@ async def _one_mode(
         )
     else:
         say("  mqtt: skipped (mosquitto is not installed)")
+    try:
+        z = await _zenoh_run(backend, spec, keys, n, 50.0)
+    except ImportError:
+        say("  zenoh: skipped (pip install 'forethought[zenoh]')")
+    else:
+        out["zenoh"] = z
+        say(
+            f"  zenoh [{mode}]: {z['received']}/{z['events']} at 50 Hz, planner busy "
+            f"{z['planner_busy_fraction']:.0%}, put -> action p50 "
+            f"{z['p50_ms']:.2f} ms, p99 {z['p99_ms']:.2f} ms, max {z['max_ms']:.2f} ms"
+        )
     return out
 
 
@@ -250,4 +338,6 @@ def executor_targets(both: dict[str, Any]) -> dict[str, tuple[float, str, float]
     }
     if "mqtt" in r:
         out["mqtt publish->action p99 (ms)"] = (r["mqtt"]["p99_ms"], "<=", 10.0)
+    if "zenoh" in r:
+        out["zenoh put->action p99 (ms)"] = (r["zenoh"]["p99_ms"], "<=", 10.0)
     return out
