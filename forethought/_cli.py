@@ -178,7 +178,7 @@ def _add_send(sub: Any) -> None:
 
 
 def _tls_flags(p: argparse.ArgumentParser) -> None:
-    """Broker TLS and user flags; the password comes only from the environment or a file."""
+    """Broker and Zenoh TLS and user flags; passwords come only from the environment or a file."""
     p.add_argument("--mqtt-ca", type=Path, default=None, help="CA file of the broker's cert")
     p.add_argument("--mqtt-cert", type=Path, default=None, help="client certificate (mTLS)")
     p.add_argument("--mqtt-key", type=Path, default=None, help="client key (mTLS)")
@@ -188,13 +188,25 @@ def _tls_flags(p: argparse.ArgumentParser) -> None:
         help="username; the password: FORETHOUGHT_MQTT__PASSWORD or mqtt.password_file",
     )
 
+    p.add_argument("--zenoh-ca", type=Path, default=None, help="CA file of the peers' certs")
+    p.add_argument(
+        "--zenoh-cert", type=Path, default=None, help="this side's certificate (tls/ listen, mTLS)"
+    )
+    p.add_argument("--zenoh-key", type=Path, default=None, help="this side's key")
+    p.add_argument(
+        "--zenoh-user",
+        default=None,
+        help="Zenoh username; the password: FORETHOUGHT_ZENOH__PASSWORD or zenoh.password_file",
+    )
 
-def _tls(args: argparse.Namespace) -> dict[str, Any]:
+
+def _tls(args: argparse.Namespace, prefix: str = "mqtt") -> dict[str, Any]:
+    """The ``--mqtt-*`` (or ``--zenoh-*``) TLS and user flags as config fields."""
     return {
-        "ca_file": args.mqtt_ca,
-        "cert_file": args.mqtt_cert,
-        "key_file": args.mqtt_key,
-        "username": args.mqtt_user,
+        "ca_file": getattr(args, f"{prefix}_ca"),
+        "cert_file": getattr(args, f"{prefix}_cert"),
+        "key_file": getattr(args, f"{prefix}_key"),
+        "username": getattr(args, f"{prefix}_user"),
     }
 
 
@@ -262,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     agent_id=args.agent_id,
                     config=args.config,
                     tls=_tls(args),
+                    zenoh_tls=_tls(args, "zenoh"),
                     models={
                         "model": args.model,
                         "planner_model": args.planner_model,
@@ -273,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
         elif args.command == "send":
-            from forethought._commands import mqtt_settings, send_event  # noqa: PLC0415
+            from forethought._commands import send_event, settings_with  # noqa: PLC0415
             from forethought.runtime import AgentConfig  # noqa: PLC0415
 
             try:
@@ -293,6 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         params=params,
                         deadline_ms=args.deadline_ms,
                         wait_s=args.wait,
+                        security=settings_with(
+                            AgentConfig.load(args.config).zenoh, _tls(args, "zenoh")
+                        ).security(),
                     )
                 )
                 print(orjson.dumps(reply).decode())
@@ -307,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     params=params,
                     deadline_ms=args.deadline_ms,
                     wait_s=args.wait,
-                    security=mqtt_settings(
+                    security=settings_with(
                         AgentConfig.load(args.config).mqtt, _tls(args)
                     ).security(),
                 )

@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiomqtt
 import orjson
@@ -26,17 +26,21 @@ from forethought.runtime import (
     MqttConfig,
     MqttSecurity,
     ZenohBus,
+    ZenohConfig,
+    ZenohSecurity,
     parse_broker_url,
     payload_bytes,
     zenoh_config,
 )
 from forethought.sims import load_spec
 
-__all__ = ["run_agent", "send_event", "send_event_zenoh"]
+__all__ = ["run_agent", "send_event", "send_event_zenoh", "settings_with"]
+
+_C = TypeVar("_C", MqttConfig, ZenohConfig)
 
 
-def mqtt_settings(cfg: MqttConfig, tls: dict[str, Any]) -> MqttConfig:
-    """``cfg`` with the command line's TLS and user flags (the password never comes here)."""
+def settings_with(cfg: _C, tls: dict[str, Any]) -> _C:
+    """``cfg`` with the command line's TLS and user flags (a password never comes here)."""
     given = {k: v for k, v in tls.items() if v is not None}
     return cfg.model_copy(update=given) if given else cfg
 
@@ -49,9 +53,10 @@ def _bus(
     zenoh_listen: list[str] | None,
     agent_id: str | None,
     tls: dict[str, Any],
+    zenoh_tls: dict[str, Any],
 ) -> tuple[EventBus, str, str]:
     """The bus the flags and the configuration ask for: (bus, where, agent id)."""
-    z = cfg.zenoh
+    z = settings_with(cfg.zenoh, zenoh_tls)
     connect, listen = zenoh or z.connect, zenoh_listen or z.listen
     if connect or listen:
         if mqtt is not None:
@@ -63,11 +68,12 @@ def _bus(
             listen=listen,
             mode=z.mode,
             multicast=z.multicast,
+            security=z.security(),
             max_payload_bytes=z.max_payload_bytes,
             queue_size=z.queue_size,
         )
         return bus, f"zenoh {' '.join([*connect, *listen])}", ident
-    settings = mqtt_settings(cfg.mqtt, tls)
+    settings = settings_with(cfg.mqtt, tls)
     url = mqtt or settings.url
     if url is None:
         raise ConfigError(
@@ -92,6 +98,7 @@ async def run_agent(
     agent_id: str | None,
     config: Path | None,
     tls: dict[str, Any] | None = None,
+    zenoh_tls: dict[str, Any] | None = None,
     models: dict[str, str | None] | None = None,
     zenoh: list[str] | None = None,
     zenoh_listen: list[str] | None = None,
@@ -105,7 +112,13 @@ async def run_agent(
     given = {k: v for k, v in (models or {}).items() if v is not None}
     cfg = AgentConfig.load(config, **given)
     bus, where, ident = _bus(
-        cfg, mqtt=mqtt, zenoh=zenoh, zenoh_listen=zenoh_listen, agent_id=agent_id, tls=tls or {}
+        cfg,
+        mqtt=mqtt,
+        zenoh=zenoh,
+        zenoh_listen=zenoh_listen,
+        agent_id=agent_id,
+        tls=tls or {},
+        zenoh_tls=zenoh_tls or {},
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -193,10 +206,18 @@ async def send_event(
     raise NoDecision(event_id, wait_s, "the connection closed before a decision came")
 
 
-def _get_decision(connect: list[str], key: str, body: bytes, wait_s: float) -> dict[str, Any]:
+def _get_decision(
+    connect: list[str], key: str, body: bytes, wait_s: float, security: ZenohSecurity | None
+) -> dict[str, Any]:
     import zenoh  # noqa: PLC0415 - forethought[zenoh]
 
-    with zenoh.open(zenoh_config(connect=connect)) as session:
+    sec = security or ZenohSecurity()
+    try:
+        session = zenoh.open(zenoh_config(connect=connect, security=sec))
+    except zenoh.ZError as exc:
+        why = sec.explain(connect, str(exc).split(" at /", 1)[0])
+        raise ConfigError("--zenoh", connect, f"cannot open a session: {why}") from None
+    with session:
         t0 = time.perf_counter()
         for reply in session.get(key, payload=body, timeout=wait_s):
             if reply.ok is not None:
@@ -218,6 +239,7 @@ async def send_event_zenoh(
     params: dict[str, Any],
     deadline_ms: float | None,
     wait_s: float,
+    security: ZenohSecurity | None = None,
 ) -> dict[str, Any]:
     """Ask the agent's ``decide`` queryable for one decision and return it."""
     event_id = f"send-{uuid.uuid4().hex[:12]}"
@@ -225,4 +247,6 @@ async def send_event_zenoh(
     if deadline_ms is not None:
         body["deadline_ms"] = deadline_ms
     key = f"forethought/{agent_id}/decide"
-    return await asyncio.to_thread(_get_decision, connect, key, orjson.dumps(body), wait_s)
+    return await asyncio.to_thread(
+        _get_decision, connect, key, orjson.dumps(body), wait_s, security
+    )

@@ -258,7 +258,8 @@ class Decoder:
         lead: list[int] = [] if reuse_prefix else list(prefix_ids)
         width = max(len(t) for t in own) + len(lead)
         # Not started unless the prefill surely fits and the whole call is expected to.
-        expected = self._latency.call(n * width, self._latency.typical_steps(), rows=n)
+        steps = min(self._latency.typical_steps(), run.max_new_tokens)
+        expected = self._latency.call(n * width, steps, rows=n)
         self._check(deadline, cancel, max(self._latency.prefill(n * width).p95, expected.p50))
         prefix = None
         if reuse_prefix and prefix_ids:

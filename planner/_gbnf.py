@@ -26,22 +26,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-__all__ = ["OutputBounds", "action_gbnf", "max_output_chars", "token_gbnf"]
+from ._bounds import OutputBounds
 
-
-@dataclass(frozen=True, slots=True)
-class OutputBounds:
-    """Limits on what a generated value may spell out where the schema sets none."""
-
-    decimals: int = 3
-    integer_digits: int = 12
-    string_chars: int = 64
-    array_items: int = 16
+__all__ = ["action_gbnf", "token_gbnf"]
 
 
 def _literal(text: str) -> str:
@@ -250,53 +241,3 @@ def token_gbnf(token_ids: Sequence[int]) -> str:
     if not token_ids:
         raise ValueError("a token grammar needs at least one token")
     return "root ::= " + " ".join(f"<[{int(t)}]>" for t in token_ids) + "\n"
-
-
-def max_output_chars(schema: Mapping[str, Any], bounds: OutputBounds | None = None) -> int | None:
-    """The longest compact text the grammar allows, or None where it is unbounded (any JSON)."""
-    return _size(schema, bounds or OutputBounds())
-
-
-def _size(s: Any, b: OutputBounds) -> int | None:
-    if not isinstance(s, Mapping) or not s:
-        return None
-    if "const" in s:
-        return len(orjson.dumps(s["const"]))
-    if "enum" in s:
-        return max(len(orjson.dumps(v)) for v in s["enum"])
-    if "anyOf" in s:
-        rest = {k: v for k, v in s.items() if k != "anyOf"}
-        sizes = [_size({**rest, **o}, b) for o in s["anyOf"]]
-        return None if any(x is None for x in sizes) else max(x or 0 for x in sizes)
-    kind = s.get("type")
-    if kind == "string":
-        return 2 + 6 * int(s.get("maxLength", b.string_chars))  # a \\uXXXX escape each
-    if kind in ("integer", "number"):
-        frac = 1 + int(s.get("x-decimals", b.decimals)) if kind == "number" else 0
-        return 1 + b.integer_digits + frac
-    if kind in ("boolean", "null"):
-        return 5 if kind == "boolean" else 4
-    if kind == "object":
-        return _object_size(s, b)
-    if kind == "array":
-        return _array_size(s, b)
-    return None
-
-
-def _object_size(s: Mapping[str, Any], b: OutputBounds) -> int | None:
-    total = 2
-    for k, v in s.get("properties", {}).items():
-        inner = _size(v, b)
-        if inner is None:
-            return None
-        total += len(orjson.dumps(k)) + 2 + inner
-    return total
-
-
-def _array_size(s: Mapping[str, Any], b: OutputBounds) -> int | None:
-    items = [_size(x, b) for x in s.get("prefixItems", [])]
-    high = int(s.get("maxItems", max(b.array_items, len(items))))
-    item = _size(s.get("items", {}), b) if high > len(items) else 0
-    if item is None or any(x is None for x in items):
-        return None
-    return 2 + sum((x or 0) + 1 for x in items) + (item + 1) * (high - len(items))

@@ -4,10 +4,16 @@ Two engines implement :class:`GrammarEngine`: ``llguidance`` (the default) and `
 ``forethought bench`` measures both on the loaded model (compile time, mask time per token) and
 the README records why the default is what it is. A compiled grammar is cached per schema, so
 compiling happens when a schema is prepared, never on an event's path.
+
+Every grammar is bounded (:mod:`._bounds`): no number, string or array can run on. Both
+engines get the bounds as JSON-Schema keywords, so they keep enforcing ranges and patterns;
+llguidance also enforces ``multipleOf`` (bounded decimals), xgrammar ignores it but writes a
+number with a range in at most 6 decimals, which :attr:`OutputBounds.engine_decimals` counts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -15,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import orjson
 
 from forethought.policies import ConfigError, SchemaError
+
+from ._bounds import OutputBounds, bounded_schema
 
 if TYPE_CHECKING:
     import torch
@@ -50,9 +58,11 @@ class GrammarEngine(Protocol):
     """Compiles JSON Schemas for one tokenizer and makes matchers for them."""
 
     name: str
+    bounds: OutputBounds
+    """The output bounds this engine's grammars enforce."""
 
     def compile(self, schema: Mapping[str, Any], *, spaced: bool = False) -> object:
-        """Compile (or fetch from the cache) the grammar of ``schema``.
+        """Compile (or fetch from the cache) the bounded grammar of ``schema``.
 
         ``spaced`` uses the ``", "`` and ``": "`` separators models write unprompted instead of
         the compact ``","`` and ``":"``.
@@ -129,11 +139,17 @@ class LLGuidanceEngine:
 
     name = "llguidance"
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        vocab_size: int,
+        bounds: OutputBounds | None = None,
+    ) -> None:
         import llguidance  # noqa: PLC0415
         import llguidance.hf  # noqa: PLC0415
 
         self._llg = llguidance
+        self.bounds = bounds or OutputBounds()
         self._tok = llguidance.hf.from_tokenizer(cast(Any, tokenizer), n_vocab=vocab_size)
         self._vocab = vocab_size
         self._cache = _CompileCache()
@@ -145,8 +161,9 @@ class LLGuidanceEngine:
         return self._cache.compiles
 
     def _build(self, schema_json: str, spaced: bool) -> object:
+        bounded = orjson.dumps(bounded_schema(orjson.loads(schema_json), self.bounds)).decode()
         grammar = self._llg.LLMatcher.grammar_from_json_schema(
-            schema_json,
+            bounded,
             defaults={
                 "whitespace_flexible": False,
                 "item_separator": ", " if spaced else ",",
@@ -225,10 +242,16 @@ class XGrammarEngine:
 
     name = "xgrammar"
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        vocab_size: int,
+        bounds: OutputBounds | None = None,
+    ) -> None:
         import xgrammar  # noqa: PLC0415
 
         self._xgr = xgrammar
+        self.bounds = dataclasses.replace(bounds or OutputBounds(), engine_decimals=6)
         info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
         self._compiler = xgrammar.GrammarCompiler(info)
         self._vocab = vocab_size
@@ -246,8 +269,11 @@ class XGrammarEngine:
         return self._cache.compiles
 
     def _build(self, schema_json: str, spaced: bool) -> object:
+        # No multipleOf: xgrammar ignores it (with a warning); its range encoding bounds the
+        # decimals instead (at most 6).
+        bounded = bounded_schema(orjson.loads(schema_json), self.bounds, precision=False)
         return self._compiler.compile_json_schema(
-            schema_json,
+            orjson.dumps(bounded).decode(),
             any_whitespace=False,
             separators=(", ", ": ") if spaced else (",", ":"),
             strict_mode=True,
@@ -282,10 +308,15 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     logits.masked_fill_(~allowed, float("-inf"))
 
 
-def make_engine(name: str, tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> GrammarEngine:
+def make_engine(
+    name: str,
+    tokenizer: PreTrainedTokenizerBase,
+    vocab_size: int,
+    bounds: OutputBounds | None = None,
+) -> GrammarEngine:
     """The engine called ``name`` (``llguidance`` or ``xgrammar``) for this tokenizer."""
     if name == "llguidance":
-        return LLGuidanceEngine(tokenizer, vocab_size)
+        return LLGuidanceEngine(tokenizer, vocab_size, bounds)
     if name == "xgrammar":
-        return XGrammarEngine(tokenizer, vocab_size)
+        return XGrammarEngine(tokenizer, vocab_size, bounds)
     raise ConfigError("grammar_engine", name, f"unknown engine; choose one of {ENGINES}")

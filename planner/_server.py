@@ -49,9 +49,10 @@ from forethought.policies import (
 )
 
 from ._backend import CancelSignal, Generation, GenerationStatus, Scores
+from ._bounds import OutputBounds, max_output_chars
 from ._clock import Clock, LoopClock, MonotonicClock
 from ._decoding import split_candidates
-from ._gbnf import OutputBounds, action_gbnf, token_gbnf
+from ._gbnf import action_gbnf, token_gbnf
 from ._latency import LatencyModel, Prediction
 from ._model_source import DEFAULT_MODEL, load_tokenizer, resolve_model
 from ._prompt import Prompt, PromptEncoder
@@ -406,6 +407,9 @@ class ServerBackend:
         encoded = [self.prompts.encode(Prompt(context, e), schema) for e in events]
         prompts = [prefix + own for prefix, own in encoded]
         longest = max(len(p) for p in prompts)
+        # Never more tokens than the bounded grammar can spell (each is >= 1 character).
+        chars = max_output_chars(schema.json_schema(ActionForm.COMPACT), self._bounds)
+        max_new_tokens = min(max_new_tokens, chars) if chars is not None else max_new_tokens
         self._admit(deadline, longest, max_new_tokens)
         started = self._now()
         # As in-process, a call starts when its first pass fits (here: the first token, round

@@ -29,6 +29,7 @@ from forethought.policies import (
 )
 
 from ._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus, Scores
+from ._bounds import bounded_schema, max_output_chars
 from ._clock import Clock, LoopClock, MonotonicClock
 from ._decode_run import DecodeResult, RowResult
 from ._decoding import Decoder
@@ -98,6 +99,7 @@ class TransformersBackend:
         self._prompts: PromptEncoder | None = None
         self._worker = ModelWorker()
         self.calls = 0
+        self._output_caps: dict[tuple[str, ActionForm], int] = {}
 
     def sharing(
         self,
@@ -283,6 +285,17 @@ class TransformersBackend:
         self._compile(schema)
         self.generate_sync("", ["calibration"], schema, deadline=math.inf)
 
+    def max_output_tokens(self, schema: ActionSchema) -> int:
+        """The most tokens an action of ``schema`` can take under its bounded grammar."""
+        form = self._options.form
+        key = (schema.fingerprint, form)
+        cap = self._output_caps.get(key)
+        if cap is None:
+            bounds = self.engine.bounds
+            chars = max_output_chars(bounded_schema(schema.json_schema(form), bounds), bounds)
+            cap = self._output_caps[key] = chars if chars is not None else 1 << 20
+        return cap
+
     def _compile(self, schema: ActionSchema) -> object:
         form = self._options.form
         return self.engine.compile(schema.json_schema(form), spaced=form is ActionForm.VERBOSE)
@@ -329,6 +342,9 @@ class TransformersBackend:
         encoded = [self.prompts.encode(Prompt(context, e), schema, opts.form) for e in events]
         prefix = encoded[0][0]
         own = [o for _, o in encoded]
+        if opts.constrained:
+            # Never more tokens than the bounded grammar can spell (each is >= 1 character).
+            max_new_tokens = min(max_new_tokens, self.max_output_tokens(schema))
         self._admit(deadline, len(prefix) + max(len(o) for o in own), max_new_tokens)
         self.calls += 1
         result = self.decoder.decode(

@@ -11,6 +11,7 @@ from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 from ._recorder import CHANNELS, McapMessage, McapRecorder, read_mcap_json
 from ._serve import serve
 from ._zenoh import ZenohBus, ZenohStats, zenoh_config
+from ._zenoh_security import ZenohSecurity
 
 __all__ = [
     "CHANNELS",
@@ -36,6 +37,7 @@ __all__ = [
     "Tier",
     "ZenohBus",
     "ZenohConfig",
+    "ZenohSecurity",
     "ZenohStats",
     "parse_broker_url",
     "parse_mqtt_url",

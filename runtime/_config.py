@@ -22,6 +22,7 @@ from forethought.policies import ConfigError, first_problem
 
 from ._executor import ExecutorConfig
 from ._mqtt_security import MqttSecurity
+from ._zenoh_security import ZenohSecurity
 
 __all__ = ["AgentConfig", "MqttConfig", "ServerConfig", "ZenohConfig"]
 
@@ -61,13 +62,7 @@ class MqttConfig(BaseModel):
                 raise ConfigError(
                     "mqtt.password_file", str(self.password_file), "give a password or a file"
                 )
-            try:
-                lines = self.password_file.read_text().splitlines()
-            except OSError as exc:
-                raise ConfigError(
-                    "mqtt.password_file", str(self.password_file), f"cannot read: {exc.strerror}"
-                ) from None
-            password = SecretStr(lines[0] if lines else "")
+            password = _first_line("mqtt.password_file", self.password_file)
         return MqttSecurity(
             username=self.username,
             password=password,
@@ -93,6 +88,55 @@ class ZenohConfig(BaseModel):
     agent_id: str = "agent"
     max_payload_bytes: int = Field(default=65_536, ge=64)
     queue_size: int = Field(default=256, ge=1)
+    ca_file: Path | None = None
+    """The CA that signs the peers' certificates (for ``tls/`` endpoints)."""
+    cert_file: Path | None = None
+    """This side's certificate: a ``tls/`` listener's, and the client one with ``mtls``."""
+    key_file: Path | None = None
+    mtls: bool = False
+    """Mutual TLS: peers verify each other's certificates."""
+    verify_name: bool = True
+    """Check a peer's name against its certificate (off only for a lab)."""
+    username: str | None = None
+    password: SecretStr | None = None
+    """A secret: ``FORETHOUGHT_ZENOH__PASSWORD`` or ``password_file``, never a command line."""
+    password_file: Path | None = None
+    users_file: Path | None = None
+    """For a listening agent: ``user:password`` lines of the peers it lets in."""
+    connect_timeout_s: float | None = Field(default=None, ge=0)
+    """How long the first connection may take before the start fails (None: 5 s where TLS
+    or credentials are set, else the agent starts without waiting for a peer; 0: never wait)."""
+
+    def security(self) -> ZenohSecurity:
+        """The session's TLS settings and credentials (reads ``password_file``)."""
+        password = self.password
+        if self.password_file is not None:
+            if password is not None:
+                raise ConfigError(
+                    "zenoh.password_file", str(self.password_file), "give a password or a file"
+                )
+            password = _first_line("zenoh.password_file", self.password_file)
+        return ZenohSecurity(
+            ca_file=self.ca_file,
+            cert_file=self.cert_file,
+            key_file=self.key_file,
+            mtls=self.mtls,
+            verify_name=self.verify_name,
+            username=self.username,
+            password=password,
+            users_file=self.users_file,
+            connect_timeout_s=self.connect_timeout_s,
+        )
+
+
+def _first_line(field: str, path: Path, *, strip: bool = False) -> SecretStr:
+    """The first line of a secret's file (a password as it is; a key ``strip``ped)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(field, str(path), f"cannot read: {exc.strerror}") from None
+    first = lines[0] if lines else ""
+    return SecretStr(first.strip() if strip else first)
 
 
 class ServerConfig(BaseModel):
@@ -120,13 +164,7 @@ class ServerConfig(BaseModel):
             return self.api_key
         if self.api_key is not None:
             raise ConfigError("server.api_key_file", str(self.api_key_file), "give a key or a file")
-        try:
-            lines = self.api_key_file.read_text().splitlines()
-        except OSError as exc:
-            raise ConfigError(
-                "server.api_key_file", str(self.api_key_file), f"cannot read: {exc.strerror}"
-            ) from None
-        return SecretStr(lines[0].strip() if lines else "")
+        return _first_line("server.api_key_file", self.api_key_file, strip=True)
 
 
 class AgentConfig(BaseSettings):

@@ -34,6 +34,7 @@ from forethought.policies import ConfigError, InvalidEvent, NotStarted
 
 from ._decision import Decision
 from ._event import Arrival, Event, parse_payload
+from ._zenoh_security import ZenohSecurity
 
 __all__ = ["ZenohBus", "ZenohStats", "zenoh_config"]
 
@@ -60,8 +61,13 @@ def zenoh_config(
     connect: Sequence[str] = (),
     listen: Sequence[str] = (),
     multicast: bool = False,
+    security: ZenohSecurity | None = None,
 ) -> Any:
-    """A ``zenoh.Config`` for these endpoints (endpoints look like ``tcp/127.0.0.1:7447``)."""
+    """A ``zenoh.Config`` for these endpoints (``tcp/127.0.0.1:7447``, ``tls/host:7447``).
+
+    With ``security``, TLS material and credentials go in, and where they are set the first
+    connection is required at open (see :class:`ZenohSecurity`).
+    """
     import zenoh  # noqa: PLC0415 - an optional extra: forethought[zenoh]
 
     if mode not in ("peer", "client"):
@@ -75,6 +81,7 @@ def zenoh_config(
     config.insert_json5("connect/endpoints", json.dumps(list(connect)))
     config.insert_json5("listen/endpoints", json.dumps(list(listen)))
     config.insert_json5("scouting/multicast/enabled", json.dumps(multicast))
+    (security or ZenohSecurity()).apply(config, connect, listen)
     return config
 
 
@@ -97,6 +104,7 @@ class ZenohBus:
         listen: endpoints to listen on.
         mode: ``peer`` (default) or ``client`` (through a router).
         multicast: discover peers by multicast scouting (off: explicit endpoints only).
+        security: TLS and credentials (``tls/`` endpoints, user/password authentication).
         max_payload_bytes: larger payloads are rejected on the errors key.
         queue_size: the most events waiting to be decided.
         wall_ns: the wall clock, read only to place ``deadline_ns`` on the loop's clock.
@@ -111,6 +119,7 @@ class ZenohBus:
         listen: Sequence[str] = (),
         mode: str = "peer",
         multicast: bool = False,
+        security: ZenohSecurity | None = None,
         max_payload_bytes: int = 65_536,
         queue_size: int = 256,
         wall_ns: Callable[[], int] = time.time_ns,
@@ -120,6 +129,7 @@ class ZenohBus:
         if queue_size < 1:
             raise ConfigError("queue_size", queue_size, "must be at least 1")
         self._mode, self._multicast = mode, multicast
+        self._security = security or ZenohSecurity()
         self._connect, self._listen = tuple(connect), tuple(listen)
         self._config()  # validates now; opens nothing
         base = f"forethought/{agent_id}"
@@ -143,7 +153,11 @@ class ZenohBus:
 
     def _config(self) -> Any:
         return zenoh_config(
-            mode=self._mode, connect=self._connect, listen=self._listen, multicast=self._multicast
+            mode=self._mode,
+            connect=self._connect,
+            listen=self._listen,
+            multicast=self._multicast,
+            security=self._security,
         )
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -156,7 +170,8 @@ class ZenohBus:
             session = await asyncio.to_thread(zenoh.open, config)
         except zenoh.ZError as exc:
             where = [*self._connect, *self._listen]
-            raise ConfigError("zenoh", where, f"cannot open a session: {exc}") from None
+            why = self._security.explain(self._connect, str(exc).split(" at /", 1)[0])
+            raise ConfigError("zenoh", where, f"cannot open a session: {why}") from None
         self._session = session
 
         def on_sample(sample: Any) -> None:  # a Zenoh thread: copy, hand over, return

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,91 @@ def agent_id(request: pytest.FixtureRequest) -> str:
     """A topic-safe id unique to the calling test."""
     name = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")
     return f"t-{name}"[:80]
+
+
+# -- a small PKI for the TLS tests (MQTT, Zenoh) ------------------------------------------
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path
+    cert: Path
+    key: Path
+    rogue_ca: Path
+    wrong_host_cert: Path
+    wrong_host_key: Path
+    expired_cert: Path
+    expired_key: Path
+
+
+def _ca(d: Path, name: str) -> None:
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.crt",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+        cwd=d,
+    )
+
+
+def _request(d: Path, name: str, san: str) -> None:
+    """A key and a certificate request for ``name`` with ``san`` as its subjectAltName."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+             "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)  # fmt: skip
+    (d / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+
+
+def _leaf(d: Path, name: str, ca: str, san: str) -> None:
+    _request(d, name, san)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile",
+             f"{name}.ext", cwd=d)  # fmt: skip
+
+
+def _expired(d: Path, name: str, ca: str, san: str) -> None:
+    """A certificate valid for one day in 2020 (``openssl ca`` sets the dates)."""
+    _request(d, name, san)
+    (d / "index.txt").write_text("")
+    (d / "serial").write_text("1000\n")
+    (d / "ca.cnf").write_text(
+        "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\n"
+        "serial = serial\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n"
+    )
+    _openssl("ca", "-batch", "-config", "ca.cnf", "-cert", f"{ca}.crt", "-keyfile",
+             f"{ca}.key", "-in", f"{name}.csr", "-out", f"{name}.crt", "-startdate",
+             "20200101000000Z", "-enddate", "20200102000000Z", "-extfile", f"{name}.ext",
+             cwd=d)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA, a server certificate for 127.0.0.1/localhost, and bad ones (made with openssl)."""
+    d = tmp_path_factory.mktemp("pki")
+    _ca(d, "ca")
+    _ca(d, "rogue")
+    _leaf(d, "server", "ca", "IP:127.0.0.1,DNS:localhost")
+    _leaf(d, "elsewhere", "ca", "DNS:example.org")
+    _expired(d, "old", "ca", "IP:127.0.0.1")
+    return Pki(
+        d / "ca.crt",
+        d / "server.crt",
+        d / "server.key",
+        d / "rogue.crt",
+        d / "elsewhere.crt",
+        d / "elsewhere.key",
+        d / "old.crt",
+        d / "old.key",
+    )

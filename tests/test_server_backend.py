@@ -144,8 +144,12 @@ async def test_a_call_that_cannot_fit_is_not_sent(
         await backend.prepare(robot_schema)
         sent = backend.stats.requests
         loop = asyncio.get_running_loop()
+        # Half the smallest first-token p95 from now: not passed yet (a deadline of 1 ms
+        # could pass before the call reads the clock), but surely too short for the call.
+        first = backend.latency.prefill(1).p95
+        assert first > 0.004
         (g,) = await backend.generate(
-            CONTEXT, ["obstacle"], robot_schema, deadline=loop.time() + 0.001
+            CONTEXT, ["obstacle"], robot_schema, deadline=loop.time() + first / 2
         )
         assert g.status is GenerationStatus.NOT_STARTED
         assert backend.stats.requests == sent

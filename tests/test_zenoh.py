@@ -15,9 +15,12 @@ from typing import Any
 import orjson
 import pytest
 import yaml
+from conftest import Pki
+from pydantic import SecretStr
 
 from forethought.bench import free_port
-from forethought.runtime import zenoh_config
+from forethought.policies import ConfigError
+from forethought.runtime import ZenohConfig, ZenohSecurity, zenoh_config
 
 zenoh = pytest.importorskip("zenoh")
 
@@ -44,9 +47,13 @@ AGENT = "zt"
 class Peer:
     """This test's Zenoh session, listening where the agent connects."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(
+        self, port: int, *, scheme: str = "tcp", security: ZenohSecurity | None = None
+    ) -> None:
         self.port = port
-        self.session = zenoh.open(zenoh_config(listen=[f"tcp/127.0.0.1:{port}"]))
+        host = "localhost" if scheme == "tls" else "127.0.0.1"
+        self.endpoint = f"{scheme}/{host}:{port}"
+        self.session = zenoh.open(zenoh_config(listen=[self.endpoint], security=security))
         self.actions = self.session.declare_subscriber(
             f"forethought/{AGENT}/actions", zenoh.handlers.FifoChannel(4096)
         )
@@ -100,17 +107,25 @@ def spec_file(tmp_path: Path) -> Path:
 
 
 def _start_agent(
-    spec: Path, port: int, model: Path, record: Path | None = None
+    spec: Path,
+    port: int | str,
+    model: Path,
+    record: Path | None = None,
+    *,
+    flags: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
+    endpoint = port if isinstance(port, str) else f"tcp/127.0.0.1:{port}"
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "FORETHOUGHT_ZENOH__QUEUE_SIZE": "8",
         "FORETHOUGHT_DEVICE": "cpu",
+        **(env or {}),
     }
     cmd = [
         sys.executable, "-m", "forethought._cli", "run", str(spec),
-        "--zenoh", f"tcp/127.0.0.1:{port}", "--agent-id", AGENT, "--model", str(model),
+        "--zenoh", endpoint, "--agent-id", AGENT, "--model", str(model), *flags,
     ]  # fmt: skip
     if record is not None:
         cmd += ["--record", str(record)]
@@ -211,3 +226,104 @@ def test_peers_that_disappear_and_come_back(spec_file: Path, tiny_model_dir: Pat
     finally:
         peer.close()
         _stop(proc)
+
+
+AGENT_PW, SOURCE_PW, WRONG_PW = "zen-agent-pw-71", "zen-source-pw-72", "zen-wrong-pw-73"
+
+
+def test_tls_with_passwords(
+    pki: Pki, spec_file: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A ``tls/`` peer that checks user/password: the agent works with the right CA and
+    password; a wrong password or an untrusted CA ends the start with one error line; a
+    session without credentials cannot make the agent act; no secret is ever printed."""
+    users = tmp_path / "users"
+    users.write_text(f"agent:{AGENT_PW}\nsource:{SOURCE_PW}\n")
+    users.chmod(0o600)
+    source = ZenohSecurity(
+        cert_file=pki.cert,
+        key_file=pki.key,
+        users_file=users,
+        username="source",
+        password=SecretStr(SOURCE_PW),
+    )
+    peer = Peer(free_port(), scheme="tls", security=source)
+    outputs: list[bytes] = []
+    ca = ("--zenoh-ca", str(pki.ca), "--zenoh-user", "agent")
+    proc = _start_agent(
+        spec_file, peer.endpoint, tiny_model_dir, flags=ca,
+        env={"FORETHOUGHT_ZENOH__PASSWORD": AGENT_PW},
+    )  # fmt: skip
+    try:
+        assert peer.liveliness(120) == "PUT"
+        peer.put("obstacle", {"id": "s1", "type": "obstacle", "params": {"side": "left"}})
+        assert _json(_recv(peer.actions, 10))["id"] == "s1"
+        # A session that is not in the users file is refused by the peer: nothing it puts
+        # reaches the agent (it does not get in at all).
+        intruder = ZenohSecurity(
+            ca_file=pki.ca, username="source", password=SecretStr(WRONG_PW), connect_timeout_s=0
+        )
+        with zenoh.open(zenoh_config(connect=[peer.endpoint], security=intruder)) as session:
+            time.sleep(1.0)
+            assert list(session.info.peers_zid()) == []
+            session.put(f"forethought/{AGENT}/events/obstacle", orjson.dumps(
+                {"id": "evil", "type": "obstacle", "params": {"side": "left"}}
+            ))  # fmt: skip
+            time.sleep(1.0)
+        assert "evil" not in {a["id"] for a in _drain(peer.actions)}
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        outputs += [out, err]
+        assert proc.returncode == 0, err.decode()[-2000:]
+        # A wrong password, then a CA that did not sign the peer's certificate: each start ends
+        # within seconds of the bus opening with exit code 2 and one error line.
+        for flags, password in (
+            (ca, WRONG_PW),
+            (("--zenoh-ca", str(pki.rogue_ca), "--zenoh-user", "agent"), AGENT_PW),
+        ):
+            bad = _start_agent(
+                spec_file, peer.endpoint, tiny_model_dir, flags=flags,
+                env={"FORETHOUGHT_ZENOH__PASSWORD": password},
+            )  # fmt: skip
+            out, err = bad.communicate(timeout=120)
+            outputs += [out, err]
+            errors = [ln for ln in err.decode().splitlines() if ln.startswith("error:")]
+            assert bad.returncode == 2, err.decode()[-2000:]
+            assert len(errors) == 1
+            assert "no peer accepted the connection within 5 s" in errors[0]
+            assert "refused the username or password" in errors[0]
+            assert "Traceback" not in err.decode()
+    finally:
+        peer.close()
+        _stop(proc)
+    printed = b"".join(outputs)
+    for secret in (AGENT_PW, SOURCE_PW, WRONG_PW):
+        assert secret.encode() not in printed
+
+
+def test_security_settings_name_the_field(pki: Pki, tmp_path: Path) -> None:
+    """Settings that cannot work are refused before anything opens; the password stays out
+    of every repr."""
+    with pytest.raises(ConfigError, match=r"zenoh\.ca_file"):
+        zenoh_config(connect=["tls/localhost:7447"], security=ZenohSecurity())
+    with pytest.raises(ConfigError, match=r"zenoh\.cert_file"):
+        zenoh_config(listen=["tls/localhost:7447"], security=ZenohSecurity(ca_file=pki.ca))
+    with pytest.raises(ConfigError, match=r"zenoh\.username"):
+        ZenohSecurity(password=SecretStr("x"))
+    with pytest.raises(ConfigError, match=r"zenoh\.mtls"):
+        ZenohSecurity(ca_file=pki.ca, mtls=True)
+    secret_file = tmp_path / "pw"
+    secret_file.write_text("from-a-file-99\n")
+    cfg = ZenohConfig(username="agent", password_file=secret_file)
+    sec = cfg.security()
+    assert sec.password is not None
+    assert sec.password.get_secret_value() == "from-a-file-99"
+    assert "from-a-file-99" not in repr(sec) + repr(cfg)
+    both = ZenohConfig(username="a", password=SecretStr("p"), password_file=secret_file)
+    with pytest.raises(ConfigError, match=r"zenoh\.password_file"):
+        both.security()
+    # Without TLS or credentials the agent starts without waiting for a peer; with them, the
+    # first connection is required (5 s unless set).
+    assert ZenohSecurity().first_connect_timeout() is None
+    assert ZenohSecurity(ca_file=pki.ca).first_connect_timeout() == 5.0
+    assert ZenohSecurity(ca_file=pki.ca, connect_timeout_s=0).first_connect_timeout() is None
