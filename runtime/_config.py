@@ -6,6 +6,7 @@ Precedence, highest first: keyword arguments, ``FORETHOUGHT_*`` environment vari
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -116,17 +117,9 @@ class ZenohConfig(BaseModel):
                     "zenoh.password_file", str(self.password_file), "give a password or a file"
                 )
             password = _first_line("zenoh.password_file", self.password_file)
-        return ZenohSecurity(
-            ca_file=self.ca_file,
-            cert_file=self.cert_file,
-            key_file=self.key_file,
-            mtls=self.mtls,
-            verify_name=self.verify_name,
-            username=self.username,
-            password=password,
-            users_file=self.users_file,
-            connect_timeout_s=self.connect_timeout_s,
-        )
+        # The settings carry the same names as ZenohSecurity's fields (tested).
+        shared = {f.name for f in dataclasses.fields(ZenohSecurity)} - {"password"}
+        return ZenohSecurity(password=password, **{k: getattr(self, k) for k in shared})
 
 
 def _first_line(field: str, path: Path, *, strip: bool = False) -> SecretStr:
