@@ -50,9 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--suite",
         default="model",
-        choices=["model", "planner", "executor", "all"],
+        choices=["model", "planner", "executor", "reliability", "all"],
         help="model: the latency law and model layer; planner: the idle-time planner; "
-        "executor: the critical path while the planner is busy",
+        "executor: the critical path while the planner is busy; reliability: abuse and what "
+        "must hold under it (not part of all)",
     )
     bench.add_argument(
         "--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON"

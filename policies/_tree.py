@@ -265,11 +265,17 @@ class PolicyTree:
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         # Owner-only: a snapshot is a list of actions the robot will take.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
+        try:
+            with open(fd, "wb") as fh:
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            # A failed write (disk full, fsync or rename refused) leaves the old snapshot as it
+            # was and no half-written file beside it.
+            tmp.unlink(missing_ok=True)
+            raise
         dir_fd = os.open(target.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)  # make the rename itself durable

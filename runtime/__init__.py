@@ -2,7 +2,7 @@
 
 from ._agent import Agent
 from ._bus import EventBus, InProcessBus
-from ._config import AgentConfig, MqttConfig, ServerConfig, ZenohConfig
+from ._config import AgentConfig, MqttConfig, ServerConfig, WatchdogConfig, ZenohConfig
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
@@ -10,6 +10,7 @@ from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 from ._recorder import CHANNELS, McapMessage, McapRecorder, read_mcap_json
 from ._serve import serve
+from ._watchdog import StallWatchdog, WatchdogStats
 from ._zenoh import ZenohBus, ZenohStats, zenoh_config
 from ._zenoh_security import ZenohSecurity
 
@@ -34,7 +35,10 @@ __all__ = [
     "MqttStats",
     "ReplyTo",
     "ServerConfig",
+    "StallWatchdog",
     "Tier",
+    "WatchdogConfig",
+    "WatchdogStats",
     "ZenohBus",
     "ZenohConfig",
     "ZenohSecurity",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -47,6 +48,7 @@ from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
 from ._recorder import McapRecorder
 from ._serve import serve
+from ._watchdog import StallWatchdog
 
 __all__ = ["Agent"]
 
@@ -67,6 +69,9 @@ class Agent:
             and, each second, the planner's figures.
         bus: where events come from (optional; :meth:`decide` works without one).
         config: how to run (default: :meth:`AgentConfig.defaults`, which reads nothing).
+        on_stall: with ``config.watchdog.enabled``, called on the watchdog's thread with the
+            default decision for each event whose deadline comes while the event loop is
+            stalled: the way to the actuator that does not need the loop.
 
     """
 
@@ -79,8 +84,11 @@ class Agent:
         bus: EventBus | None = None,
         config: AgentConfig | None = None,
         recorder: McapRecorder | None = None,
+        on_stall: Callable[[Decision], None] | None = None,
     ) -> None:
         self.spec = spec
+        self._on_stall = on_stall
+        self.watchdog: StallWatchdog | None = None
         self.config = config or AgentConfig.defaults()
         self.schema = spec.action_schema()
         self.space = spec.event_space()
@@ -176,6 +184,17 @@ class Agent:
                 planner_gate = ModelGate()
             self._load_snapshot()
             stack.callback(self.save_snapshot)
+            w, margin = cfg.watchdog, cfg.executor.margin_ms / 1e3
+            if w.enabled:
+                self.watchdog = StallWatchdog(
+                    default_action=self.schema.readable(
+                        self.schema.validate(self.spec.default_action)
+                    ),
+                    emit=self._on_stall,
+                    stall_s=w.stall_ms / 1e3,
+                    guard_s=w.guard_ms / 1e3,
+                    margin_s=margin,
+                )
             self.executor = Executor(
                 space=self.space,
                 schema=self.schema,
@@ -186,6 +205,7 @@ class Agent:
                 gate=self.gate,
                 candidates=self.spec.candidates,
                 config=self.config.executor,
+                watchdog=self.watchdog,
             )
             if self.config.planner.enabled:
                 live = self.config.executor.use_live or self.config.executor.use_score
@@ -247,6 +267,8 @@ class Agent:
     async def _run(self, started: asyncio.Event) -> None:
         name = self.spec.name
         async with asyncio.TaskGroup() as tg:
+            if self.watchdog is not None:
+                tg.create_task(self.watchdog.run(), name=f"forethought[{name}].watchdog")
             if self.planner is not None:
                 tg.create_task(self.planner.run(), name=f"forethought[{name}].planner")
             if self.recorder is not None and self.planner is not None:
@@ -407,6 +429,8 @@ class Agent:
             server = getattr(backend, "stats_dict", None)
             if server is not None:
                 out.setdefault("servers", {})[role] = server()
+        if self.watchdog is not None:
+            out["watchdog"] = self.watchdog.stats.as_dict()
         bus_stats = getattr(self.bus, "stats", None)
         if bus_stats is not None:
             out["bus"] = {k: getattr(bus_stats, k) for k in bus_stats.__slots__}

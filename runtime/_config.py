@@ -25,7 +25,7 @@ from ._executor import ExecutorConfig
 from ._mqtt_security import MqttSecurity
 from ._zenoh_security import ZenohSecurity
 
-__all__ = ["AgentConfig", "MqttConfig", "ServerConfig", "ZenohConfig"]
+__all__ = ["AgentConfig", "MqttConfig", "ServerConfig", "WatchdogConfig", "ZenohConfig"]
 
 
 class MqttConfig(BaseModel):
@@ -132,6 +132,18 @@ def _first_line(field: str, path: Path, *, strip: bool = False) -> SecretStr:
     return SecretStr(first.strip() if strip else first)
 
 
+class WatchdogConfig(BaseModel):
+    """The stall watchdog (:class:`~forethought.runtime.StallWatchdog`): off unless enabled."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = False
+    stall_ms: float = Field(default=100.0, gt=0)
+    """How long without a heartbeat of the event loop counts as a stall."""
+    guard_ms: float = Field(default=20.0, ge=0)
+    """During a stall, how long before an event's deadline its default goes out."""
+
+
 class ServerConfig(BaseModel):
     """How to reach an inference server named as a model (``http://host:port[/v1]``).
 
@@ -196,6 +208,7 @@ class AgentConfig(BaseSettings):
     mqtt: MqttConfig = Field(default_factory=MqttConfig)
     zenoh: ZenohConfig = Field(default_factory=ZenohConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
 
     @classmethod
     def settings_customise_sources(

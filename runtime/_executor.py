@@ -40,6 +40,7 @@ from forethought.policies import (
 
 from ._decision import Decision, Tier
 from ._event import Event
+from ._watchdog import StallWatchdog
 
 __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
 
@@ -132,6 +133,8 @@ class Executor:
         gate: shared with the planner.
         candidates: actions the score tier chooses from when the schema is not enumerable.
         config: settings.
+        watchdog: answers events with the default when the loop stalls (its decision then
+            stands for the event).
 
     """
 
@@ -147,8 +150,10 @@ class Executor:
         gate: ModelGate | None = None,
         candidates: Sequence[dict[str, Any]] | None = None,
         config: ExecutorConfig | None = None,
+        watchdog: StallWatchdog | None = None,
     ) -> None:
         self._space = space
+        self._watchdog = watchdog
         self._schema = schema
         self._tree = tree
         self._default = schema.validate(default_action)
@@ -226,14 +231,26 @@ class Executor:
             raise InvalidEvent("id", event.id, "already decided (that decision is no longer kept)")
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         self._inflight[event.id] = future
+        arrived = self.arrived(event)
+        watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.watch(arrived)
         try:
-            decision = await self._decide(self.arrived(event), state)
+            decision = await self._decide(arrived, state)
         except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning for lone waiters
+            # What the watchdog sent while the loop was stalled was acted on: it stands.
+            taken = watchdog.settle(event.id) if watchdog is not None else None
+            if taken is None:
+                future.set_exception(exc)
+                future.exception()  # retrieved: no "never retrieved" warning for lone waiters
+            else:
+                future.set_result(taken)
+                self._remember(taken)
             raise
         finally:
             self._inflight.pop(event.id, None)
+        if watchdog is not None:
+            decision = watchdog.settle(event.id) or decision
         future.set_result(decision)
         self._remember(decision)
         return decision

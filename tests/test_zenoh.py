@@ -66,7 +66,13 @@ class Peer:
 
     def put(self, kind: str, body: bytes | dict[str, Any]) -> None:
         raw = body if isinstance(body, bytes) else orjson.dumps(body)
-        self.session.put(f"forethought/{AGENT}/events/{kind}", raw)
+        # BLOCK: Zenoh's default for a put drops a sample when the queue is full, which a
+        # 70 KB put (many fragments) hit on a loaded machine; a test's input must arrive.
+        self.session.put(
+            f"forethought/{AGENT}/events/{kind}",
+            raw,
+            congestion_control=zenoh.CongestionControl.BLOCK,
+        )
 
     def liveliness(self, timeout_s: float) -> str:
         """The next liveliness change of the agent: PUT (up) or DELETE (gone)."""

@@ -1,7 +1,7 @@
 """``forethought bench``: load the model, run the chosen suites, check the targets.
 
-Suites: ``model`` (the latency law and each optimisation, :mod:`._bench_model`), ``planner``
-and ``executor``. Figures are measured side by side in one run; ``--quick`` trims repetitions
+Suites: ``model`` (the latency law and each optimisation, :mod:`._bench_model`), ``planner``,
+``executor`` and ``reliability`` (abuse and what must hold under it, :mod:`._reliability`). Figures are measured side by side in one run; ``--quick`` trims repetitions
 and sweep points to finish in about a minute on a 2-core CPU.
 """
 
@@ -38,7 +38,7 @@ def run_bench(
     """Run the suite's sections and return (and optionally write) the figures.
 
     ``suite``: ``model`` (the latency law and the model layer), ``planner``, ``executor``,
-    or ``all``. ``backend_url`` (an inference server) runs the server suite instead: the law's
+    ``reliability``, or ``all`` (the first three). ``backend_url`` (an inference server) runs the server suite instead: the law's
     figures for the server, side by side with the in-process model.
     """
     # A measurement script, step after step in the order the report prints: long, linear.
@@ -108,6 +108,14 @@ def run_bench(
 
         report["executor"] = run_executor_bench(backend, quick=quick, say=say)
         targets |= {k: _target(*v) for k, v in executor_targets(report["executor"]).items()}
+    if suite == "reliability":
+        from ._reliability import (  # noqa: PLC0415
+            reliability_targets,
+            run_reliability_bench,
+        )
+
+        report["reliability"] = run_reliability_bench(backend, quick=quick, say=say)
+        targets |= {k: _target(*v) for k, v in reliability_targets(report["reliability"]).items()}
     report["latency_profile"] = asdict(backend.latency.profile())
     report["seconds"] = time.perf_counter() - t_start
     report["targets"] = targets

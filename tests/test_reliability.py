@@ -1,0 +1,130 @@
+"""The reliability suite's fast subset (issue 12): load (R1, R7), hostile input (R5),
+crash-consistent snapshots (R8). The long runs are ``forethought bench --suite reliability``;
+R6 is ``test_agent_states.py``; R10's property (identical virtual replays) is
+``test_sims.py::test_virtual_replays_are_byte_identical``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forethought.bench._reliability import (
+    ABUSES,
+    _hostile,
+    _injected,
+    _kills,
+    _load,
+    hostile_payloads,
+)
+from forethought.planner import TransformersBackend
+from forethought.policies import InvalidEvent
+from forethought.runtime import Arrival, Event, EventPayload, parse_payload
+
+_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+)
+_values = st.recursive(
+    _leaves,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=16,
+)
+_fields = st.sampled_from(["id", "type", "params", "deadline_ms", "deadline_ns", "state", "x"])
+_objects = st.dictionaries(_fields, _values | st.text(min_size=1, max_size=8), max_size=7)
+
+
+@st.composite
+def _payloads(draw: st.DrawFn) -> bytes:
+    """Bytes, JSON (with NaN/Infinity as json.dumps writes them), or JSON cut short."""
+    kind = draw(st.sampled_from(["bytes", "json", "cut", "big"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=300))
+    text = json.dumps(draw(_objects), allow_nan=True)
+    if kind == "cut":
+        return text[: draw(st.integers(0, len(text)))].encode("utf-8", "surrogatepass")
+    if kind == "big":
+        text = text[:-1] + ', "pad": "' + "x" * draw(st.integers(1800, 2200)) + '"}'
+    return text.encode("utf-8", "surrogatepass")
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=_payloads())
+def test_any_payload_is_an_event_or_a_typed_error_naming_its_field(raw: bytes) -> None:
+    """R5: whatever arrives, parsing gives a valid payload or an InvalidEvent with a field --
+    never another exception; and a payload that parses makes an event."""
+    try:
+        payload = parse_payload(raw, max_bytes=2048)
+    except InvalidEvent as exc:
+        refusal = exc
+    else:
+        refusal = None
+    if refusal is not None:
+        assert refusal.field
+        assert refusal.problem
+        return
+    assert isinstance(payload, EventPayload)
+    assert len(raw) <= 2048
+    event = Event.from_payload(payload, arrival=Arrival.now())
+    assert event.id == payload.id
+
+
+@pytest.mark.model
+def test_hostile_payloads_through_a_real_agent(tiny_backend: TransformersBackend) -> None:
+    """R5 end to end: 1,200 payloads (each abuse 100 times) through an agent on the in-process
+    bus: no crash, every refusal typed and naming its field, no invalid action, and the agent
+    still decides afterwards."""
+    out = asyncio.run(_hostile(tiny_backend, 100 * len(ABUSES)))
+    assert out["cases"] == 1200
+    assert out["crashes"] == 0
+    assert out["unnamed"] == 0
+    assert out["invalid"] == 0
+    # Both outcomes happen: the corpus is not all garbage, nor all valid.
+    assert out["decided"] >= 100
+    assert out["refused"] >= 600
+
+
+def test_the_hostile_corpus_is_seeded() -> None:
+    assert list(hostile_payloads(3, 50)) == list(hostile_payloads(3, 50))
+    assert list(hostile_payloads(3, 50)) != list(hostile_payloads(4, 50))
+
+
+def test_a_failed_snapshot_save_keeps_the_old_one(tmp_path: Path) -> None:
+    """R8: fsync or os.replace failing mid-save (a full disk, say) raises, leaves the old
+    snapshot loadable and no temporary file beside it."""
+    out = _injected(tmp_path / "tree.json")
+    for name in ("fsync", "replace"):
+        assert out[name] == {"raised": True, "old_kept": True, "tmp_left": []}, name
+
+
+def test_snapshots_survive_sigkill_at_random_moments(tmp_path: Path) -> None:
+    """R8: a writer saving in a loop, killed 25 times at random: every reload is complete."""
+    out = _kills(tmp_path / "tree.json", 25, 2_000, random.Random(5))
+    assert out["torn"] == 0
+    assert out["good_reloads"] == 25
+    # The kills landed at different points of the writer's life, not always on one snapshot.
+    assert out["distinct_generations"] > 1
+
+
+@pytest.mark.model
+def test_tree_hits_hold_under_load(tiny_backend: TransformersBackend) -> None:
+    """R1 + R7, short: 10 s of 200 Hz tree hits while the planner generates and every core is
+    loaded by other processes: no tree hit misses its deadline, nothing invalid goes out, and
+    the task count stays bounded. (The latency and memory figures are the bench's.)"""
+    out = asyncio.run(_load(tiny_backend, 10.0))
+    assert out["events"] == 2000
+    assert out["tree_deadline_misses"] == 0
+    assert out["invalid_actions"] == 0
+    assert out["planner_busy_fraction"] > 0.3
+    assert out["max_tasks"] < 50
+    assert out["rss_start_mb"] > 0
