@@ -181,7 +181,7 @@ class StallWatchdog:
                     self._answered[e.id] = d
             for d in decisions:  # outside the lock: emit may take its time
                 try:
-                    self._emit(d)  # type: ignore[misc]
+                    self._emit(d)
                     self.stats.defaults_emitted += 1
                 except Exception:
                     self.stats.emit_failures += 1

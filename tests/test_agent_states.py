@@ -114,7 +114,10 @@ class AgentMachine(RuleBasedStateMachine):
 
     @rule(level=st.floats(0, 1), zone=st.sampled_from(["aisle", "dock", "yard"]))
     def patch_state(self, level: float, zone: str) -> None:
-        self.agent.update_state({"battery": level, "zone": zone})
+        async def go() -> None:  # on the loop, as the runtime's callers are
+            self.agent.update_state({"battery": level, "zone": zone})
+
+        self.run(go())
 
     @rule(ms=st.integers(1, 800))
     def let_time_pass(self, ms: int) -> None:

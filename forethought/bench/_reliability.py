@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import multiprocessing
 import os
 import random
@@ -123,7 +124,8 @@ def _truncated(rng: random.Random, base: dict[str, Any]) -> bytes:
 
 def _wrong_type(rng: random.Random, base: dict[str, Any]) -> bytes:
     field = rng.choice(["id", "type", "params", "deadline_ms", "state"])
-    return orjson.dumps({**base, field: rng.choice(_WEIRD)})
+    # The standard library's encoder: orjson refuses integers past 64 bits, a sender may not.
+    return json.dumps({**base, field: rng.choice(_WEIRD)}).encode()
 
 
 def _not_a_number(rng: random.Random, base: dict[str, Any]) -> bytes:
@@ -166,7 +168,8 @@ def _bad_state(rng: random.Random, base: dict[str, Any]) -> bytes:
 
 def _unknown(rng: random.Random, base: dict[str, Any]) -> bytes:
     # Unknown event types and parameter values, extra fields.
-    extra = rng.choice([{"type": "teleport"}, {"params": {"side": "up"}}, {"mood": 1}])
+    extras: list[dict[str, Any]] = [{"type": "teleport"}, {"params": {"side": "up"}}, {"mood": 1}]
+    extra = rng.choice(extras)
     return orjson.dumps({**base, **extra})
 
 

@@ -1,8 +1,9 @@
 """``forethought bench``: load the model, run the chosen suites, check the targets.
 
 Suites: ``model`` (the latency law and each optimisation, :mod:`._bench_model`), ``planner``,
-``executor`` and ``reliability`` (abuse and what must hold under it, :mod:`._reliability`). Figures are measured side by side in one run; ``--quick`` trims repetitions
-and sweep points to finish in about a minute on a 2-core CPU.
+``executor`` and ``reliability`` (abuse and what must hold under it, :mod:`._reliability`).
+Figures are measured side by side in one run; ``--quick`` trims repetitions and sweep points
+to finish in about a minute on a 2-core CPU (the reliability suite takes longer).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def run_bench(
     """Run the suite's sections and return (and optionally write) the figures.
 
     ``suite``: ``model`` (the latency law and the model layer), ``planner``, ``executor``,
-    ``reliability``, or ``all`` (the first three). ``backend_url`` (an inference server) runs the server suite instead: the law's
-    figures for the server, side by side with the in-process model.
+    ``reliability``, or ``all`` (the first three). ``backend_url`` (an inference server) runs
+    the server suite instead: the law's figures for the server, side by side with the
+    in-process model.
     """
     # A measurement script, step after step in the order the report prints: long, linear.
     t_start = time.perf_counter()
