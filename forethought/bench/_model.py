@@ -127,11 +127,12 @@ class ModelBench:
             r = d.decode(prefix, [own], deadline=_far(), max_new_tokens=n, stop_at_eos=False)
             return r.finished_at - r.started_at
 
-        call(4)  # warm the shapes
-        # Rounds over all lengths, interleaved, the fastest of each: a busy neighbour on a
+        for n in n_outs:  # warm every shape: a GPU pays set-up on a shape's first call
+            call(n)
+        # Rounds over all lengths, interleaved, the median of each: a busy neighbour on a
         # shared machine then disturbs no single point more than the others.
         rounds = [[call(n) for n in n_outs] for _ in range(2 if self.quick else 3)]
-        times = [_ms(min(col)) for col in zip(*rounds, strict=True)]
+        times = [_ms(statistics.median(col)) for col in zip(*rounds, strict=True)]
         fit = _fit(n_outs, times)
         self.say(f"T vs N_out      {dict(zip(n_outs, times, strict=True))} ms")
         self.say(
@@ -140,35 +141,29 @@ class ModelBench:
         )
         filler = p.encode_action(FILLER * 80)
         n_ins = [64, 256, 1024] if self.quick else [64, 128, 256, 512, 1024]
-        d.decode(
-            [],
-            [filler[:64]],
-            deadline=_far(),
-            max_new_tokens=8,
-            reuse_prefix=False,
-            stop_at_eos=False,
-        )  # warm
-        t_in = []
-        for n in n_ins:
 
-            def pre(n: int = n) -> float:
-                r = d.decode(
-                    [],
-                    [filler[:n]],
-                    deadline=_far(),
-                    max_new_tokens=8,
-                    reuse_prefix=False,
-                    stop_at_eos=False,
-                )
-                return r.finished_at - r.started_at
+        def pre(n: int) -> float:
+            r = d.decode(
+                [],
+                [filler[:n]],
+                deadline=_far(),
+                max_new_tokens=8,
+                reuse_prefix=False,
+                stop_at_eos=False,
+            )
+            return r.finished_at - r.started_at
 
-            t_in.append(_ms(pre() if self.quick or n > 256 else self._median_call(pre)))
+        for n in n_ins:  # warm every input length before timing any (see above)
+            pre(n)
+        rounds_in = [[pre(n) for n in n_ins] for _ in range(2 if self.quick else 3)]
+        t_in = [_ms(statistics.median(col)) for col in zip(*rounds_in, strict=True)]
         fit_in = _fit(n_ins, t_in)
         self.say(
             f"T vs N_in (N_out=8) {dict(zip(n_ins, t_in, strict=True))} ms; "
             f"{fit_in['slope_ms'] * 1e3:.0f} us per input token"
         )
         return {
+            "rounds": len(rounds),
             "n_out": n_outs,
             "t_ms": times,
             "fit": fit,

@@ -391,13 +391,14 @@ def _tree(n: int, generation: int) -> PolicyTree:
     return tree
 
 
-def _writer(path: Path, nodes: int) -> None:  # the writer process: save, save, save ...
+def _writer(path: Path, nodes: int, saving: Any) -> None:  # the writer: save, save, save ...
     generation = 0
     tree = _tree(nodes, 0)
     while True:
         generation += 1
         tree.insert(PolicyNode("gen", EventKey("g", ()), {"n": generation}, "c", 1.0, "m", 1, 0, 0))
         tree.save(path, schema="abc", model_id="m")
+        saving.set()  # from here on the writer does nothing but save
 
 
 def _kills(path: Path, kills: int, nodes: int, rng: random.Random) -> dict[str, Any]:
@@ -407,14 +408,21 @@ def _kills(path: Path, kills: int, nodes: int, rng: random.Random) -> dict[str, 
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["forethought.bench._reliability"])
     _tree(nodes, 0).save(path, schema="abc", model_id="m")  # there is always a snapshot
-    good = torn = 0
+    good = torn = mid_save = 0
     generations: set[int] = set()
     for _ in range(kills):
-        writer = ctx.Process(target=_writer, args=(path, nodes), daemon=True)
+        saving = ctx.Event()
+        writer = ctx.Process(target=_writer, args=(path, nodes, saving), daemon=True)
         writer.start()
-        time.sleep(rng.uniform(0.01, 0.12))
+        saving.wait(30)  # past building its tree: every moment from now is inside a save
+        time.sleep(rng.uniform(0.0, 0.05))
         writer.kill()  # SIGKILL
         writer.join()
+        # The writer's temporary file is there only if the kill came mid-save.
+        tmp = path.with_name(f".{path.name}.{writer.pid}.tmp")
+        if tmp.exists():
+            mid_save += 1
+            tmp.unlink()
         try:
             tree = PolicyTree.load(path, schema="abc", model_id="m", max_nodes=nodes + 1)
         except SnapshotError:
@@ -424,10 +432,9 @@ def _kills(path: Path, kills: int, nodes: int, rng: random.Random) -> dict[str, 
         good += len(tree) == nodes + 1 and node is not None
         if node is not None:
             generations.add(int(node.action["n"]))
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # what the killed writers left
-        stale.unlink()
     return {
         "kills": kills,
+        "mid_save": mid_save,
         "good_reloads": good,
         "torn": torn,
         "distinct_generations": len(generations),
