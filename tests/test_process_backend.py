@@ -39,7 +39,10 @@ async def test_calls_cancel_and_errors_cross_the_process(
         long_schema = ActionSchema.from_json_schema(
             {
                 "type": "object",
-                "properties": {"s": {"type": "string", "minLength": 400}},
+                # Long however the model spells it: 4,000 characters take hundreds of tokens,
+                # far more than the 0.3 s before the preemption. (With 400, the grammar's bound
+                # ends the string at exactly 400, which long tokens reach in a few dozen steps.)
+                "properties": {"s": {"type": "string", "minLength": 4000}},
                 "required": ["s"],
             }
         )
@@ -64,7 +67,8 @@ async def test_calls_cancel_and_errors_cross_the_process(
         async with gate.urgent():
             waited = time.monotonic() - t0
         result = await task
-        assert all(g.status is GenerationStatus.CANCELLED for g in result)  # type: ignore[attr-defined]
+        statuses = [g.status for g in result]  # type: ignore[attr-defined]
+        assert all(st is GenerationStatus.CANCELLED for st in statuses), statuses
         assert waited < 0.5
         cancel = CancelSignal()
         cancel.cancel()
