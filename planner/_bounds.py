@@ -8,8 +8,9 @@ predict an action's length. Every grammar Forethought compiles is therefore *bou
   digits after the point, else :attr:`OutputBounds.decimals` -- and a bounded integer part
   (``minimum``/``maximum`` as given, else :attr:`OutputBounds.integer_digits` digits), with no
   exponent;
-* strings at most ``maxLength`` characters (else :attr:`OutputBounds.string_chars`), arrays at
-  most ``maxItems`` items (else :attr:`OutputBounds.array_items`).
+* strings at most ``maxLength`` characters (else ``minLength`` plus
+  :attr:`OutputBounds.string_chars`), arrays at most ``maxItems`` items (else their least
+  count plus :attr:`OutputBounds.array_items`).
 
 :func:`bounded_schema` writes these bounds into a JSON Schema as plain keywords (what the
 JSON-Schema engines enforce), :mod:`._gbnf` writes them into GBNF, and
@@ -37,7 +38,9 @@ class OutputBounds:
     decimals: int = 3
     integer_digits: int = 12
     string_chars: int = 64
+    """Characters a string may have beyond its ``minLength`` where it sets no ``maxLength``."""
     array_items: int = 16
+    """Items an array may have beyond its least count where it sets no ``maxItems``."""
     engine_decimals: int = 0
     """Decimals an engine may write whatever the schema asks: xgrammar ignores ``multipleOf``
     and encodes ranges with up to 6 decimals, so its lengths are counted with 6."""
@@ -97,10 +100,20 @@ def _add_bounds(out: dict[str, Any], b: OutputBounds, *, precision: bool) -> Non
         decimals = int(out.get("x-decimals", b.decimals))
         out["multipleOf"] = 10.0**-decimals if decimals > 0 else 1
     if "string" in kinds and "maxLength" not in out:
-        out["maxLength"] = max(b.string_chars, int(out.get("minLength", 0)))
+        out["maxLength"] = _max_length(out, b)
     if "array" in kinds and "maxItems" not in out:
-        prefix = out.get("prefixItems", [])
-        out["maxItems"] = max(b.array_items, int(out.get("minItems", 0)), len(prefix))
+        out["maxItems"] = _max_items(out, b)
+
+
+def _max_length(s: Mapping[str, Any], b: OutputBounds) -> int:
+    """A string's bound where it sets none: its minimum plus the default allowance."""
+    return int(s.get("minLength", 0)) + b.string_chars
+
+
+def _max_items(s: Mapping[str, Any], b: OutputBounds) -> int:
+    """An array's bound where it sets none: its least count plus the default allowance."""
+    least = max(int(s.get("minItems", 0)), len(s.get("prefixItems", [])))
+    return least + b.array_items
 
 
 def max_output_chars(schema: Mapping[str, Any], bounds: OutputBounds | None = None) -> int | None:
@@ -121,7 +134,7 @@ def _size(s: Any, b: OutputBounds) -> int | None:
         return None if any(x is None for x in sizes) else max(x or 0 for x in sizes)
     kind = s.get("type")
     if kind == "string":
-        return 2 + 6 * int(s.get("maxLength", b.string_chars))  # a \\uXXXX escape each
+        return 2 + 6 * int(s.get("maxLength", _max_length(s, b)))  # a \\uXXXX escape each
     if kind in ("integer", "number"):
         decimals = max(int(s.get("x-decimals", b.decimals)), b.engine_decimals)
         frac = 1 + decimals if kind == "number" else 0
@@ -158,7 +171,7 @@ def _object_size(s: Mapping[str, Any], b: OutputBounds) -> int | None:
 
 def _array_size(s: Mapping[str, Any], b: OutputBounds) -> int | None:
     items = [_size(x, b) for x in s.get("prefixItems", [])]
-    high = int(s.get("maxItems", max(b.array_items, len(items))))
+    high = int(s.get("maxItems", _max_items(s, b)))
     item = _size(s.get("items", {}), b) if high > len(items) else 0
     if item is None or any(x is None for x in items):
         return None

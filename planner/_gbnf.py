@@ -11,8 +11,8 @@ run until ``max_new_tokens``. :func:`action_gbnf` writes the grammar of one comp
   ``minimum``/``maximum`` allow (else :attr:`OutputBounds.integer_digits`), the fraction at most
   ``x-decimals`` (from ``multipleOf`` = 10^-k) or :attr:`OutputBounds.decimals` digits, and no
   exponent;
-* strings of at most ``maxLength`` (else :attr:`OutputBounds.string_chars`) characters, arrays
-  of at most ``maxItems`` (else :attr:`OutputBounds.array_items`) items.
+* strings and arrays bounded as :mod:`._bounds` says (``maxLength`` / ``maxItems``, else the
+  least plus :attr:`OutputBounds.string_chars` / :attr:`OutputBounds.array_items`).
 
 The bounds only narrow what may be written; every parsed action is still validated against the
 schema as the user wrote it, which decides (``pattern`` and numeric ranges included).
@@ -102,7 +102,7 @@ class _Grammar:
 
     def string(self, schema: Mapping[str, Any]) -> str:
         low = int(schema.get("minLength", 0))
-        high = int(schema.get("maxLength", max(self.bounds.string_chars, low)))
+        high = int(schema.get("maxLength", low + self.bounds.string_chars))
         inner = _repeat(self.char(), low, high)
         return self.rule("string", f'"\\"" {inner} "\\""' if inner else '"\\"\\""')
 
@@ -194,7 +194,7 @@ class _Grammar:
         prefix = [self.value(s, f"{hint}-{i}") for i, s in enumerate(schema.get("prefixItems", []))]
         items = schema.get("items", {})
         low = int(schema.get("minItems", 0))
-        high = int(schema.get("maxItems", max(self.bounds.array_items, low, len(prefix))))
+        high = int(schema.get("maxItems", max(low, len(prefix)) + self.bounds.array_items))
         parts = prefix[:high]
         more_low, more_high = max(low - len(parts), 0), max(high - len(parts), 0)
         if items is False:

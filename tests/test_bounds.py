@@ -47,7 +47,8 @@ def test_bounded_schema_adds_only_what_is_missing() -> None:
     # What the schema says wins; x-decimals sets the precision.
     own = {"type": "number", "minimum": 0, "maximum": 2, "x-decimals": 1}
     assert bounded_schema(own)["multipleOf"] == 0.1
-    assert bounded_schema({"type": "string", "minLength": 100})["maxLength"] == 100
+    assert bounded_schema({"type": "string", "minLength": 100})["maxLength"] == 164
+    assert bounded_schema({"type": "array", "minItems": 3})["maxItems"] == 19
     assert "multipleOf" not in bounded_schema({"type": "number"}, precision=False)
     # The longest text: every part counted (sign, 12 digits, point, 3 decimals, ...).
     size = max_output_chars(out, b)

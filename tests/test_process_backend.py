@@ -40,8 +40,8 @@ async def test_calls_cancel_and_errors_cross_the_process(
             {
                 "type": "object",
                 # Long however the model spells it: 4,000 characters take hundreds of tokens,
-                # far more than the 0.3 s before the preemption. (With 400, the grammar's bound
-                # ends the string at exactly 400, which long tokens reach in a few dozen steps.)
+                # far more than the 0.3 s before the preemption. (With 400, the grammar's bound,
+                # 464 characters, could be reached by long tokens in a few dozen steps.)
                 "properties": {"s": {"type": "string", "minLength": 4000}},
                 "required": ["s"],
             }
