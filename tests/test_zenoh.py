@@ -66,8 +66,8 @@ class Peer:
 
     def put(self, kind: str, body: bytes | dict[str, Any]) -> None:
         raw = body if isinstance(body, bytes) else orjson.dumps(body)
-        # BLOCK: Zenoh's default for a put drops a sample when the queue is full, which a
-        # 70 KB put (many fragments) hit on a loaded machine; a test's input must arrive.
+        # BLOCK: Zenoh's default for a put drops a sample when the queue is full (the likeliest
+        # reason one loaded run lost a bad-input report after the 70 KB put); input must arrive.
         self.session.put(
             f"forethought/{AGENT}/events/{kind}",
             raw,
