@@ -1,4 +1,4 @@
-"""The reliability suite's fast subset (issue 12): load (R1, R7), hostile input (R5),
+"""The reliability suite's fast subset (issue 12): load (R1, R7), QoS 1 (R2), hostile input (R5),
 crash-consistent snapshots (R8). The long runs are ``forethought bench --suite reliability``;
 R6 is ``test_agent_states.py``; R10's property (identical virtual replays) is
 ``test_sims.py::test_virtual_replays_are_byte_identical``."""
@@ -20,6 +20,7 @@ from forethought.bench._reliability import (
     _injected,
     _kills,
     _load,
+    _qos1,
     hostile_payloads,
 )
 from forethought.planner import TransformersBackend
@@ -128,3 +129,21 @@ def test_tree_hits_hold_under_load(tiny_backend: TransformersBackend) -> None:
     assert out["planner_busy_fraction"] > 0.3
     assert out["max_tasks"] < 50
     assert out["rss_start_mb"] > 0
+
+
+@pytest.mark.model
+def test_qos1_events_are_neither_lost_nor_actuated_twice(tiny_backend: TransformersBackend) -> None:
+    """R2, short: 500 numbered events at 50 Hz over a real Mosquitto at QoS 1, tree hits while
+    the planner generates: every event gets exactly one action."""
+    from forethought.bench import mosquitto_path
+
+    if mosquitto_path() is None:
+        pytest.skip("mosquitto is not installed")
+    branches = asyncio.run(_load(tiny_backend, 1.0))["branches"]
+    assert branches
+    out = asyncio.run(_qos1(tiny_backend, branches, 10.0))
+    assert out["events"] == 500
+    assert out["qos"] == 1
+    assert out["lost"] == 0
+    assert out["duplicates"] == 0
+    assert out["received"] == 500

@@ -9,6 +9,7 @@ loop shows up as latency. Every emitted action is validated against the schema a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import time
@@ -59,7 +60,7 @@ SPEC = {
 
 
 def _q(xs: list[float], p: float) -> float:
-    return float(np.quantile(np.asarray(xs), p)) * 1e3
+    return float(np.quantile(np.asarray(xs), p)) * 1e3 if xs else float("nan")
 
 
 async def _in_process(agent: Agent, n: int, hz: float) -> dict[str, Any]:
@@ -109,7 +110,14 @@ async def _in_process(agent: Agent, n: int, hz: float) -> dict[str, Any]:
 
 
 async def _mqtt_run(
-    backend: ModelBackend, spec: AgentSpec, keys: list[Any], n: int, hz: float, port: int
+    backend: ModelBackend,
+    spec: AgentSpec,
+    keys: list[Any],
+    n: int,
+    hz: float,
+    port: int,
+    *,
+    qos: int = 0,
 ) -> dict[str, Any]:
     bus = MqttBus(url=f"mqtt://127.0.0.1:{port}", agent_id="bench")
     # The planner generates throughout here too (min_value 0: every uncovered key is work).
@@ -119,6 +127,7 @@ async def _mqtt_run(
     agent = Agent(spec, backend=backend, bus=bus, config=cfg)
     sent: dict[str, float] = {}
     rtt: list[float] = []
+    copies: dict[str, int] = {}  # event id -> actions received for it
     done = asyncio.Event()
     async with (
         agent,
@@ -137,16 +146,16 @@ async def _mqtt_run(
         async def receive() -> None:
             async for m in client.messages:
                 body = orjson.loads(payload_bytes(m))
+                copies[body["id"]] = copies.get(body["id"], 0) + 1
                 t = sent.pop(body["id"], None)
                 if t is not None:
                     rtt.append(time.perf_counter() - t)
                 if len(rtt) >= n:
-                    done.set()
-                    return
+                    done.set()  # and go on listening: a late duplicate still counts
 
         rng = random.Random(9)
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(receive(), name="bench.receive")
+            receiver = tg.create_task(receive(), name="bench.receive")
             loop = asyncio.get_running_loop()
             start = loop.time() + 0.05
             assert agent.planner is not None
@@ -158,18 +167,26 @@ async def _mqtt_run(
                 node = rng.choice(keys)
                 body = {"id": f"m{i}", "type": node.key.type, "params": dict(node.key.params)}
                 sent[body["id"]] = time.perf_counter()
-                await client.publish("forethought/bench/events/obstacle", orjson.dumps(body), qos=0)
-            async with asyncio.timeout(30):
-                await done.wait()
+                await client.publish(
+                    "forethought/bench/events/obstacle", orjson.dumps(body), qos=qos
+                )
+            with contextlib.suppress(TimeoutError):  # what never came is counted as lost
+                async with asyncio.timeout(30):
+                    await done.wait()
             busy = (agent.planner.stats.busy_s - busy0) / (loop.time() - start)
+            await asyncio.sleep(0.5)  # time for a redelivered action to show up
+            receiver.cancel()
     return {
         "events": n,
         "hz": hz,
+        "qos": qos,
         "planner_busy_fraction": busy,
+        "lost": n - len(copies),
+        "duplicates": sum(copies.values()) - len(copies),
         "received": len(rtt),
         "p50_ms": _q(rtt, 0.5),
         "p99_ms": _q(rtt, 0.99),
-        "max_ms": max(rtt) * 1e3,
+        "max_ms": max(rtt, default=float("nan")) * 1e3,
     }
 
 

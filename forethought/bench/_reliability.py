@@ -7,6 +7,8 @@ The rows measured here (the issue's numbering):
   hold: no tree-hit miss, no invalid action, decision p99 <= 2 ms and p99.9 <= 5 ms, RSS
   growth <= 5 % after warm-up. Figures: events, misses, p50/p99/p99.9/max, event-loop lag
   from the scheduled tick, RSS start/end/slope, the most tasks alive.
+* **R2 QoS 1** -- numbered events at 50 Hz over a real Mosquitto at QoS 1 (tree hits, the
+  planner generating). Must hold: none lost, none actuated twice, publish -> action p99 <= 10 ms.
 * **R5 hostile input** -- seeded hostile payloads (random bytes, truncations, wrong types,
   NaN/Infinity, huge numbers, deep nesting, duplicate keys, NUL, invalid UTF-8, sizes at and
   past the limit, bad state patches) sent through a real :class:`Agent` on the in-process bus.
@@ -304,6 +306,7 @@ async def _load(backend: TransformersBackend, seconds: float) -> dict[str, Any]:
         sampler = asyncio.create_task(_sample(rss, tasks, stop), name="sampler")
         try:
             r = await _in_process(agent, int(200 * seconds), 200.0)
+            r["branches"] = list(agent.tree.branches(agent.state.fingerprint))
         finally:
             stop.set()
             await sampler
@@ -377,6 +380,27 @@ async def _stalls(backend: TransformersBackend, count: int) -> dict[str, Any]:
         "defaults_before_deadline": in_time,
         "decisions_equal_to_the_default_sent": same,
     }
+
+
+# -- R2 ---------------------------------------------------------------------------------------
+
+
+async def _qos1(
+    backend: TransformersBackend, branches: list[Any], seconds: float
+) -> dict[str, Any]:
+    """R2: numbered events at 50 Hz over a real Mosquitto at QoS 1.
+
+    None may be lost or actuated twice (tree hits, the planner generating).
+    """
+    from ._broker import MosquittoBroker, mosquitto_path  # noqa: PLC0415
+    from ._executor import SPEC, _mqtt_run  # noqa: PLC0415
+
+    if mosquitto_path() is None:
+        return {"skipped": "mosquitto is not installed"}
+    with MosquittoBroker() as broker:
+        n = int(50 * seconds)
+        spec = AgentSpec.from_data(SPEC)
+        return await _mqtt_run(backend, spec, branches, n, 50.0, broker.port, qos=1)
 
 
 # -- R8 ---------------------------------------------------------------------------------------
@@ -527,6 +551,7 @@ def run_reliability_bench(
     out["r10_replays"] = _replays(backend, runs, say)
     say(f"R1+R7 load: 200 Hz tree hits for {seconds:.0f} s, planner generating, cores loaded")
     out["r1_load"] = r = asyncio.run(_load(backend, seconds))
+    branches = r.pop("branches")
     say(
         f"  {r['events']} events ({r['load']}), planner busy {r['planner_busy_fraction']:.0%}: "
         f"p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, p99.9 {r['p999_ms']:.3f} ms, max "
@@ -535,6 +560,10 @@ def run_reliability_bench(
         f"{r['rss_start_mb']:.0f} -> {r['rss_end_mb']:.0f} MB "
         f"({r['rss_slope_mb_per_min']:+.2f} MB/min), max tasks {r['max_tasks']}"
     )
+    qos_s = 20.0 if quick else 300.0
+    say(f"R2 QoS 1: 50 Hz for {qos_s:.0f} s over a real Mosquitto, numbered events")
+    out["r2_qos1"] = asyncio.run(_qos1(backend, branches, qos_s))
+    say(f"  {out['r2_qos1']}")
     return out
 
 
@@ -548,6 +577,9 @@ def reliability_targets(r: dict[str, Any]) -> dict[str, tuple[float | None, str,
         "R1 decision p99 ms under load": (load["p99_ms"], "<=", 2.0),
         "R1 decision p99.9 ms under load": (load["p999_ms"], "<=", 5.0),
         "R7 RSS growth after warm-up": (load["rss_growth"], "<=", 0.05),
+        "R2 lost events at QoS 1": (r["r2_qos1"].get("lost"), "<=", 0),
+        "R2 duplicate actuations": (r["r2_qos1"].get("duplicates"), "<=", 0),
+        "R2 publish->action p99 ms": (r["r2_qos1"].get("p99_ms"), "<=", 10.0),
         "R5 crashes": (h["crashes"], "<=", 0),
         "R5 refusals without a field": (h["unnamed"], "<=", 0),
         "R5 invalid actions": (h["invalid"], "<=", 0),
