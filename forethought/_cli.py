@@ -211,6 +211,38 @@ def _tls(args: argparse.Namespace, prefix: str = "mqtt") -> dict[str, Any]:
     }
 
 
+def _send(args: argparse.Namespace) -> dict[str, Any]:
+    """``forethought send``: one event to a running agent, over MQTT or Zenoh; its decision."""
+    from forethought._commands import send_event, settings_with  # noqa: PLC0415
+    from forethought.runtime import AgentConfig  # noqa: PLC0415
+
+    try:
+        params = orjson.loads(args.params)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError("--params", args.params, f"not JSON: {exc}") from None
+    if not isinstance(params, dict):
+        raise ConfigError("--params", args.params, "must be a JSON object")
+    if not args.zenoh and args.mqtt is None:
+        raise ConfigError("--mqtt", None, "give --mqtt mqtt://host:port or --zenoh")
+    cfg = AgentConfig.load(args.config)
+    common: dict[str, Any] = {
+        "agent_id": args.agent_id,
+        "event_type": args.type,
+        "params": params,
+        "deadline_ms": args.deadline_ms,
+        "wait_s": args.wait,
+    }
+    if args.zenoh:
+        from forethought._commands import send_event_zenoh  # noqa: PLC0415
+
+        security = settings_with(cfg.zenoh, _tls(args, "zenoh")).security()
+        reply = asyncio.run(send_event_zenoh(connect=args.zenoh, security=security, **common))
+    else:
+        mqtt_security = settings_with(cfg.mqtt, _tls(args)).security()
+        reply = asyncio.run(send_event(mqtt=args.mqtt, security=mqtt_security, **common))
+    return reply
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (one branch per command, nothing shared)."""
     args = _parser().parse_args(argv)
@@ -287,49 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
         elif args.command == "send":
-            from forethought._commands import send_event, settings_with  # noqa: PLC0415
-            from forethought.runtime import AgentConfig  # noqa: PLC0415
-
-            try:
-                params = orjson.loads(args.params)
-            except orjson.JSONDecodeError as exc:
-                raise ConfigError("--params", args.params, f"not JSON: {exc}") from None
-            if not isinstance(params, dict):
-                raise ConfigError("--params", args.params, "must be a JSON object")
-            if args.zenoh:
-                from forethought._commands import send_event_zenoh  # noqa: PLC0415
-
-                reply = asyncio.run(
-                    send_event_zenoh(
-                        connect=args.zenoh,
-                        agent_id=args.agent_id,
-                        event_type=args.type,
-                        params=params,
-                        deadline_ms=args.deadline_ms,
-                        wait_s=args.wait,
-                        security=settings_with(
-                            AgentConfig.load(args.config).zenoh, _tls(args, "zenoh")
-                        ).security(),
-                    )
-                )
-                print(orjson.dumps(reply).decode())
-                return 0
-            if args.mqtt is None:
-                raise ConfigError("--mqtt", None, "give --mqtt mqtt://host:port or --zenoh")
-            reply = asyncio.run(
-                send_event(
-                    mqtt=args.mqtt,
-                    agent_id=args.agent_id,
-                    event_type=args.type,
-                    params=params,
-                    deadline_ms=args.deadline_ms,
-                    wait_s=args.wait,
-                    security=settings_with(
-                        AgentConfig.load(args.config).mqtt, _tls(args)
-                    ).security(),
-                )
-            )
-            print(orjson.dumps(reply).decode())
+            print(orjson.dumps(_send(args)).decode())
     except ForethoughtError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
