@@ -16,6 +16,7 @@ from ._drift import StateDrift
 from ._forecaster import Forecaster
 from ._gate import ModelGate
 from ._grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
+from ._health import HealthStatus, PlannerHealth
 from ._latency import LatencyModel, LatencyPredictor, LatencyProfile, Prediction
 from ._lookahead import Expected, look_ahead
 from ._model_source import (
@@ -49,6 +50,7 @@ __all__ = [
     "GenerationStatus",
     "GrammarEngine",
     "GrammarMatcher",
+    "HealthStatus",
     "LLGuidanceEngine",
     "LatencyModel",
     "LatencyPredictor",
@@ -63,6 +65,7 @@ __all__ = [
     "PassKind",
     "Planner",
     "PlannerConfig",
+    "PlannerHealth",
     "PlannerStats",
     "Prediction",
     "ProcessBackend",

@@ -36,6 +36,7 @@ from ._backend import GenerationStatus, ModelBackend
 from ._drift import StateDrift
 from ._forecaster import Forecaster
 from ._gate import ModelGate
+from ._health import PlannerHealth
 from ._lookahead import look_ahead
 from ._prompt import state_context
 
@@ -82,6 +83,10 @@ class PlannerConfig(BaseModel):
     """Publishing and actuation time kept aside from each deadline."""
     max_new_tokens: int = Field(default=48, ge=4)
     batch_timeout_s: float = Field(default=60.0, gt=0)
+    """The deadline given to the model for one batch."""
+    hang_grace_s: float = Field(default=5.0, gt=0)
+    """A batch with no reply this long past its deadline is a hang: abandoned, counted, and
+    retried after the backoff."""
     retry_base_s: float = Field(default=0.5, gt=0)
     retry_max_s: float = Field(default=30.0, gt=0)
 
@@ -210,6 +215,9 @@ class Planner:
         self._last_event_at: float | None = None
         self._mean_gap_s: float | None = None
         self.stats = PlannerStats()
+        self.health = PlannerHealth(
+            retry_base_s=self._config.retry_base_s, retry_max_s=self._config.retry_max_s
+        )
         self.sleeping = False
 
     @staticmethod
@@ -424,25 +432,50 @@ class Planner:
     # -- the loop -----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Plan forever (until cancelled)."""
+        """Plan forever (until cancelled); no model failure ends it.
+
+        A round that raises, hangs past ``batch_timeout_s`` + ``hang_grace_s``, or gets only
+        unusable outputs back is counted in :attr:`health`, its branches are backed off, and
+        the next round waits the health's backoff (see :class:`PlannerHealth`).
+        """
+        cfg = self._config
         while True:
             self._wake.clear()
             # Let ready I/O callbacks (a decision being published) go before ranking work.
             await asyncio.sleep(0)
             batch = self._next_batch()
             if not batch:
+                if self.health.status == "starting":
+                    self.health.succeeded(self._now())  # nothing to write is not a failure
                 self.sleeping = True
                 self.stats.idle_waits += 1
                 self._idle.set()
                 await self._wake.wait()
                 self.sleeping = False
                 continue
-            await self._run_batch(batch)
+            t0 = self._now()
+            try:
+                async with asyncio.timeout(cfg.batch_timeout_s + cfg.hang_grace_s) as limit:
+                    failure = await self._run_batch(batch)
+            except Exception as exc:  # anything at all: the planner outlives its model
+                self.stats.busy_s += self._now() - t0
+                hung = isinstance(exc, TimeoutError) and limit.expired()
+                kind = "hang" if hung else type(exc).__name__
+                failure = (kind, "no reply within the batch time limit" if hung else str(exc))
+            if failure is None:
+                self.health.succeeded(self._now())
+                continue
+            kind, detail = failure
+            self._count_error(kind)
+            log.warning("planner round failed (%s): %s", kind, detail)
+            for b in batch:
+                self._backoff(b)
+            await asyncio.sleep(self.health.failed(kind, detail, self._now()))
 
-    async def _run_batch(self, batch: list[Branch]) -> None:
+    async def _run_batch(self, batch: list[Branch]) -> tuple[str, str] | None:
+        """Write one batch; returns (kind, detail) when it wrote nothing usable."""
         if self.method() == "score":
-            await self._score_batch(batch)
-            return
+            return await self._score_batch(batch)
         cfg = self._config
         state = batch[0].state
         context = state_context(self._description, state.to_json())
@@ -458,20 +491,16 @@ class Planner:
                     cancel=cancel,
                     max_new_tokens=cfg.max_new_tokens,
                 )
-            except (ForethoughtError, RuntimeError, ValueError) as exc:
-                # A model failure must never stop planning: count it, back off, go on.
+            finally:
                 self.stats.busy_s += self._now() - t0
-                self._count_error(type(exc).__name__)
-                log.warning("planner batch failed: %s", exc)
-                for b in batch:
-                    self._backoff(b)
-                await asyncio.sleep(min(cfg.retry_base_s, cfg.retry_max_s))
-                return
-            self.stats.busy_s += self._now() - t0
         self.stats.rounds += 1
+        written, bad = 0, []
         for branch, gen in zip(batch, gens, strict=True):
             if gen.ok and gen.action is not None:
-                self._insert(branch, gen.action, gen.text, gen.output_tokens, gen.seconds)
+                if self._insert(branch, gen.action, gen.text, gen.output_tokens, gen.seconds):
+                    written += 1
+                else:
+                    bad.append("invalid")
             elif gen.status in (
                 GenerationStatus.CANCELLED,
                 GenerationStatus.DEADLINE,
@@ -479,11 +508,15 @@ class Planner:
             ):
                 self.stats.cancelled += 1  # preempted: it stays a candidate
             else:
+                bad.append(gen.status.value)
                 self._count_error(gen.status.value)
                 self._backoff(branch)
         self._check_cover()
+        if written == 0 and bad:
+            return "outputs", f"{len(bad)} of {len(batch)} unusable ({', '.join(sorted(set(bad)))})"
+        return None
 
-    async def _score_batch(self, batch: list[Branch]) -> None:
+    async def _score_batch(self, batch: list[Branch]) -> tuple[str, str] | None:
         """Write branches by scoring every candidate action, one event per forward pass."""
         cands = self._candidates
         assert cands is not None
@@ -501,13 +534,8 @@ class Planner:
                         deadline=t0 + cfg.batch_timeout_s,
                         cancel=cancel,
                     )
-                except (ForethoughtError, RuntimeError, ValueError) as exc:
+                finally:
                     self.stats.busy_s += self._now() - t0
-                    self._count_error(type(exc).__name__)
-                    log.warning("planner scoring failed: %s", exc)
-                    self._backoff(branch)
-                    continue
-                self.stats.busy_s += self._now() - t0
                 best = scores.best
                 if best is None:
                     self.stats.cancelled += 1  # preempted: it stays a candidate
@@ -515,31 +543,40 @@ class Planner:
                         break
                     continue
                 action = cands[best]
-                self._insert(branch, action, self._schema.compact(action), 0, scores.seconds)
-                self.stats.scored += 1
+                if self._insert(branch, action, self._schema.compact(action), 0, scores.seconds):
+                    self.stats.scored += 1
         self.stats.rounds += 1
         self._check_cover()
+        return None
 
     def _insert(
         self, branch: Branch, action: BaseModel, compact: str, tokens: int, seconds: float
-    ) -> None:
-        self._tree.insert(
-            PolicyNode(
-                fingerprint=branch.fingerprint,
-                key=branch.key,
-                action=self._schema.readable(action),
-                compact=compact,
-                probability=branch.probability,
-                model_id=self._backend.model_id,
-                tokens=tokens,
-                gen_seconds=seconds,
-                created_at=self._now(),
-                next_fingerprint=branch.next_fingerprint,
+    ) -> bool:
+        """Put a written branch in the tree; False when the validator of record refuses it."""
+        try:
+            self._tree.insert(
+                PolicyNode(
+                    fingerprint=branch.fingerprint,
+                    key=branch.key,
+                    action=self._schema.readable(action),
+                    compact=compact,
+                    probability=branch.probability,
+                    model_id=self._backend.model_id,
+                    tokens=tokens,
+                    gen_seconds=seconds,
+                    created_at=self._now(),
+                    next_fingerprint=branch.next_fingerprint,
+                )
             )
-        )
+        except ForethoughtError as exc:  # never an invalid action in the tree
+            self._count_error("invalid")
+            self._backoff(branch)
+            log.warning("planner output refused: %s", exc)
+            return False
         self._retry_at.pop((branch.fingerprint, branch.key), None)
         self.stats.branches += 1
         self.stats.tokens += tokens
+        return True
 
     def _count_error(self, kind: str) -> None:
         self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import multiprocessing as mp
 from collections.abc import Sequence
 from dataclasses import replace
@@ -39,6 +40,8 @@ from ._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus,
 from ._grammar import ENGINES
 from ._latency import LatencyModel
 from ._model_source import DEFAULT_MODEL, resolve_model
+
+log = logging.getLogger("forethought.model")
 
 __all__ = ["ProcessBackend"]
 
@@ -159,6 +162,12 @@ class ProcessBackend:
     Takes the same arguments as :class:`TransformersBackend`; ``async with`` starts the worker
     (which loads and warms the model) and stops it. The worker is *spawned*, so a script that
     uses it needs the usual ``if __name__ == "__main__":`` guard.
+
+    A cancelled call returns at once; the worker stops before its next forward pass, and one
+    that has not replied ``cancel_grace_s`` later is stuck and is killed. A worker that died
+    (killed, crashed, out of memory, or killed as stuck) fails the call it was serving with a
+    BackendError and is started again at once, in the background (:attr:`restarts`); calls
+    made meanwhile fail fast with a BackendError (:meth:`wait_ready` waits for it).
     """
 
     def __init__(
@@ -172,6 +181,7 @@ class ProcessBackend:
         options: DecodeOptions | None = None,
         nice: int = 10,
         threads: int | None = None,
+        cancel_grace_s: float = 2.0,
     ) -> None:
         if grammar not in ENGINES:
             raise ConfigError("grammar", grammar, f"choose one of {ENGINES}")
@@ -195,7 +205,14 @@ class ProcessBackend:
         self._proc: Any = None
         self._lock: asyncio.Lock | None = None
         self._ids = itertools.count()
+        self._cancel_grace_s = cancel_grace_s
+        self._draining: asyncio.Future[None] | None = None
+        self._starting: asyncio.Future[None] | None = None
         self.calls = 0
+        self.restarts = 0
+        """Workers started again after one died (killed, crashed, or killed here as stuck)."""
+        self.hangs = 0
+        """Cancelled calls whose worker did not stop within ``cancel_grace_s`` (killed)."""
 
     @property
     def model_id(self) -> str:
@@ -208,65 +225,158 @@ class ProcessBackend:
         return self._latency
 
     async def __aenter__(self) -> Self:
+        self._lock = asyncio.Lock()
+        await self._start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for task in (self._draining, self._starting):
+            if task is not None and not task.done():
+                task.cancel()
+        self._stop()
+
+    async def _start(self) -> None:
+        """Spawn the worker and wait until its model is loaded (BackendError if it fails)."""
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(
+        proc = self._ctx.Process(
             target=_worker_main,
             args=(child, self._cancel, self._options, self._nice, self._threads),
             name="forethought-model",
             daemon=True,
         )
-        self._proc.start()
+        proc.start()
         child.close()
-        self._conn = parent
-        self._lock = asyncio.Lock()
+        self._conn, self._proc = parent, proc
         first = await asyncio.to_thread(self._recv)
-        if first[0] == "error":
+        if first is None or first[0] == "error":
             self._stop()
+            if first is None:
+                raise BackendError("the model worker process exited while loading")
             raise _decode_error(first[1], first[2])
         self._latency.adopt(first[1], first[2])
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._stop()
 
     def _stop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
         if self._proc is not None:
+            if self._conn is not None:
+                self._conn.close()  # the worker's recv ends: it returns
             self._proc.join(timeout=5)
             if self._proc.is_alive():
                 self._proc.kill()
+                self._proc.join(timeout=5)
             self._proc = None
+        self._conn = None
+
+    def _kill(self) -> None:
+        """End a stuck or broken worker now (its reader thread sees EOF and returns)."""
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The worker process's id (None while none runs)."""
+        return None if self._proc is None else int(self._proc.pid)
+
+    @property
+    def worker_alive(self) -> bool:
+        """Whether a worker process runs now (a dead one is replaced by the next call)."""
+        return self._proc is not None and bool(self._proc.is_alive())
 
     def _recv(self) -> Any:
-        assert self._conn is not None
+        conn = self._conn
+        if conn is None:
+            return None
         try:
-            return self._conn.recv()
+            return conn.recv()
         except (EOFError, OSError):
-            return ("error", "BackendError", "the model worker process exited")
+            return None  # the worker exited (or was killed)
+
+    async def _drain(self, reader: asyncio.Future[Any]) -> None:
+        """Take a cancelled call's reply; a worker that does not stop in time is killed."""
+        try:
+            async with asyncio.timeout(self._cancel_grace_s):
+                reply = await asyncio.shield(reader)
+        except TimeoutError:
+            self.hangs += 1
+            log.warning(
+                "model worker did not stop %.1f s after a cancel: killed", self._cancel_grace_s
+            )
+            self._kill()
+            with contextlib.suppress(Exception):
+                await reader
+            self._replace()
+            return
+        if reply is not None:
+            *_, profile, steps = reply
+            self._latency.adopt(profile, steps)
+
+    def _replace(self) -> None:
+        """Start a new worker in a task of its own (the dead one reaped first)."""
+        self._stop()
+        self.restarts += 1
+        log.warning("model worker is gone: starting a new one (restart %d)", self.restarts)
+        self._starting = asyncio.ensure_future(self._start())
+
+    async def wait_ready(self) -> None:
+        """Wait until a replacement worker (if one is starting) has loaded its model."""
+        if self._starting is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._starting)
+
+    async def _ready(self) -> Connection:
+        """The pipe to a live worker, once a cancelled call's reply has been taken.
+
+        A worker found dead is replaced in a task of its own, and calls made while it starts
+        fail at once with a BackendError: the planner backs off and the live tiers fall to the
+        default, rather than spend their deadlines on a model load.
+        """
+        if self._draining is not None:
+            await asyncio.shield(self._draining)
+            self._draining = None
+        starting = self._starting
+        if starting is not None:
+            if not starting.done():
+                raise BackendError(f"the model worker is starting again (restart {self.restarts})")
+            self._starting = None
+            failed = None if starting.cancelled() else starting.exception()
+            if failed is not None:  # the next call tries again
+                raise BackendError(f"the model worker did not start again: {failed}")
+        if self._conn is None or self._proc is None or not self._proc.is_alive():
+            self._replace()
+            raise BackendError(f"the model worker had exited: starting it again ({self.restarts})")
+        return self._conn
 
     async def _call(
         self, method: str, schema: ActionSchema, args: dict[str, Any], cancel: CancelSignal | None
     ) -> Any:
-        if self._conn is None or self._lock is None:
+        if self._lock is None:
             raise NotStarted("ProcessBackend")
         async with self._lock:  # the worker serves one call at a time
+            conn = await self._ready()
             self._cancel.clear()
             if cancel is not None:
                 cancel.on_cancel(self._cancel.set)
             call_id = next(self._ids)
-            self._conn.send((call_id, method, schema.portable(), args))
+            try:
+                conn.send((call_id, method, schema.portable(), args))
+            except OSError:  # it died after the check (an exit not yet reaped)
+                self._kill()
+                self._replace()
+                raise BackendError("the model worker had exited: starting it again") from None
             self.calls += 1
             # A dedicated thread waits for the reply; cancelling the await cancels the call.
             reader = asyncio.ensure_future(asyncio.to_thread(self._recv))
             try:
                 reply = await asyncio.shield(reader)
             except asyncio.CancelledError:
+                # Return now (the caller's deadline is not ours to spend): the worker stops
+                # before its next forward pass, and the next call takes the reply first.
                 self._cancel.set()
-                with contextlib.suppress(Exception):
-                    await reader  # keep the pipe in step: the reply still comes
+                self._draining = asyncio.ensure_future(self._drain(reader))
                 raise
+        if reply is None:
+            self._replace()
+            raise BackendError("the model worker process exited during the call")
         status = reply[0]
         *_, profile, steps = reply
         self._latency.adopt(profile, steps)
