@@ -155,6 +155,18 @@ def _add_run(sub: Any) -> None:
         metavar="PATH",
         help="record events, decisions, state and planner figures to this MCAP file",
     )
+    run.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve /health (JSON) over HTTP on this port of 127.0.0.1 (0: any free port)",
+    )
+    run.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also serve /metrics in the Prometheus text format (needs prometheus-client)",
+    )
     _tls_flags(run)
 
 
@@ -316,6 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     zenoh=args.zenoh,
                     zenoh_listen=args.zenoh_listen,
                     record=args.record,
+                    health_port=args.health_port,
+                    metrics=args.metrics,
                 )
             )
         elif args.command == "send":

@@ -103,14 +103,26 @@ async def run_agent(
     zenoh: list[str] | None = None,
     zenoh_listen: list[str] | None = None,
     record: Path | None = None,
+    health_port: int | None = None,
+    metrics: bool = False,
 ) -> int:
     """Run an agent on a broker or a Zenoh network until SIGINT or SIGTERM; shut down cleanly.
+
+    ``health_port`` serves ``/health`` over HTTP (and ``/metrics`` with ``metrics``), over
+    the configuration's ``health`` table.
 
     A broker that refuses the credentials or whose certificate is not accepted ends the
     run with one ConfigError naming the cause.
     """
     given = {k: v for k, v in (models or {}).items() if v is not None}
     cfg = AgentConfig.load(config, **given)
+    if health_port is not None or metrics:
+        update: dict[str, Any] = {"prometheus": True} if metrics else {}
+        if health_port is not None:
+            update["port"] = health_port
+        if cfg.health.port is None and "port" not in update:
+            raise ConfigError("--metrics", True, "needs --health-port (or health.port)")
+        cfg = cfg.model_copy(update={"health": cfg.health.model_copy(update=update)})
     bus, where, ident = _bus(
         cfg,
         mqtt=mqtt,
@@ -136,8 +148,12 @@ async def run_agent(
 
 async def _serve_agent(agent: Agent, ident: str, where: str, stop: asyncio.Event) -> int:
     async with agent:
+        health = ""
+        if agent.health_server is not None:
+            h = agent.config.health
+            health = f"; health on http://{h.host}:{agent.health_server.port}/health"
         print(
-            f"forethought: agent {ident!r} ready on {where}; models: {agent.models()}",
+            f"forethought: agent {ident!r} ready on {where}; models: {agent.models()}{health}",
             file=sys.stderr,
             flush=True,
         )

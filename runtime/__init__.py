@@ -6,6 +6,8 @@ from ._config import AgentConfig, MqttConfig, ServerConfig, WatchdogConfig, Zeno
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
+from ._health import HealthConfig, HealthReport, health_report
+from ._health_server import HealthServer, prometheus_text
 from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 from ._recorder import CHANNELS, McapMessage, McapRecorder, read_mcap_json
@@ -26,6 +28,9 @@ __all__ = [
     "Executor",
     "ExecutorConfig",
     "ExecutorStats",
+    "HealthConfig",
+    "HealthReport",
+    "HealthServer",
     "InProcessBus",
     "McapMessage",
     "McapRecorder",
@@ -43,10 +48,12 @@ __all__ = [
     "ZenohConfig",
     "ZenohSecurity",
     "ZenohStats",
+    "health_report",
     "parse_broker_url",
     "parse_mqtt_url",
     "parse_payload",
     "payload_bytes",
+    "prometheus_text",
     "read_mcap_json",
     "refusal",
     "serve",

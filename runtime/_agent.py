@@ -46,6 +46,8 @@ from ._config import AgentConfig
 from ._decision import Decision
 from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
+from ._health import HealthReport, health_report
+from ._health_server import HealthServer
 from ._recorder import McapRecorder
 from ._serve import serve
 from ._watchdog import StallWatchdog
@@ -113,6 +115,9 @@ class Agent:
         """Snapshot nodes refused because their action fails validation."""
         self._stack: contextlib.AsyncExitStack | None = None
         self._runner: asyncio.Task[None] | None = None
+        self._started_at: float | None = None
+        self.health_server: HealthServer | None = None
+        """The HTTP health endpoint, when ``config.health.port`` is set (its ``port``)."""
 
     @classmethod
     def from_file(
@@ -226,6 +231,12 @@ class Agent:
                 )
             if self.bus is not None:
                 await stack.enter_async_context(self.bus)
+            hc = cfg.health
+            if hc.port is not None:
+                self.health_server = HealthServer(
+                    report=self.health, host=hc.host, port=hc.port, prometheus=hc.prometheus
+                )
+            self._started_at = asyncio.get_running_loop().time()
             started = asyncio.Event()
             runner = asyncio.create_task(self._run(started), name=f"forethought[{self.spec.name}]")
             self._runner = runner
@@ -234,7 +245,9 @@ class Agent:
             await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             if runner.done():  # a task failed while starting: unwind, and say why
-                runner.result()
+                failure = runner.exception()
+                if failure is not None:
+                    raise _first_error(failure)
             self._stack = stack.pop_all()
         self.ready.set()
         return self
@@ -273,13 +286,35 @@ class Agent:
                 tg.create_task(self.planner.run(), name=f"forethought[{name}].planner")
             if self.recorder is not None and self.planner is not None:
                 tg.create_task(self._record_planner(), name=f"forethought[{name}].recorder")
+            if self.health_server is not None:
+                tg.create_task(self.health_server.run(), name=f"forethought[{name}].health")
+                await self.health_server.listening.wait()  # a port in use fails the start
             if self.bus is not None:
                 tg.create_task(self.bus.run(), name=f"forethought[{name}].bus")
+                if getattr(self.bus, "publish_status", None) is not None:
+                    tg.create_task(self._refresh_status(), name=f"forethought[{name}].status")
                 tg.create_task(
                     serve(self, self.bus, tg, max_concurrent=self.config.max_concurrent),
                     name=f"forethought[{name}].serve",
                 )
             started.set()
+
+    def health(self) -> HealthReport:
+        """How the agent is now: planner health, tree coverage, model latency, counters."""
+        if self._started_at is None:
+            raise NotStarted("Agent")
+        name = getattr(self.bus, "agent_id", None) or self.spec.name
+        return health_report(self, name=name, started_at=self._started_at)
+
+    async def _refresh_status(self) -> None:
+        """Keep the bus's retained status current (its will says offline if we die)."""
+        publish = self.bus.publish_status  # type: ignore[union-attr]
+        every = self.config.health.interval_s
+        while True:
+            await publish(self.health())
+            if every <= 0:
+                return
+            await asyncio.sleep(every)
 
     async def _record_planner(self, every_s: float = 1.0) -> None:
         planner, rec = self.planner, self.recorder

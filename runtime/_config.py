@@ -22,6 +22,7 @@ from forethought.planner import DEFAULT_MODEL, PlannerConfig
 from forethought.policies import ConfigError, first_problem
 
 from ._executor import ExecutorConfig
+from ._health import HealthConfig
 from ._mqtt_security import MqttSecurity
 from ._zenoh_security import ZenohSecurity
 
@@ -209,6 +210,7 @@ class AgentConfig(BaseSettings):
     zenoh: ZenohConfig = Field(default_factory=ZenohConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -3,8 +3,9 @@
 Topics under ``forethought/<agent_id>/``: events arrive on ``events/#`` (configurable), each
 decision goes to ``actions`` at QoS 1 (and to the event's MQTT 5 response topic with its
 correlation data, when it carries one), malformed payloads are reported on ``errors``, and a
-retained ``status`` says ``online``/``offline`` (the will publishes ``offline`` if the
-connection dies).
+retained ``status`` says ``{"online": true}`` on connecting, then carries the agent's
+:class:`HealthReport` (refreshed every ``health.interval_s``); the will publishes
+``{"online": false}`` if the connection dies.
 
 The connection is kept by one task: on loss it reconnects with exponential backoff and
 resubscribes, counting outages. Incoming events wait in a bounded queue; when it is full the
@@ -32,6 +33,7 @@ from forethought.policies import ConfigError, InvalidEvent
 
 from ._decision import Decision
 from ._event import Arrival, Event, ReplyTo, parse_payload
+from ._health import HealthReport
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 
 __all__ = ["MqttBus", "MqttStats", "parse_mqtt_url", "payload_bytes"]
@@ -254,6 +256,17 @@ class MqttBus:
         except aiomqtt.MqttError as exc:
             self.stats.publish_failures += 1
             log.warning("publishing the decision for %s failed: %s", event.id, exc)
+
+    async def publish_status(self, report: HealthReport) -> None:
+        """Replace the retained status with ``report`` (skipped while disconnected)."""
+        client = self._client
+        if client is None:
+            return
+        body = orjson.dumps(report.model_dump(mode="json"))
+        try:
+            await client.publish(self.status_topic, body, qos=1, retain=True, timeout=2.0)
+        except (aiomqtt.MqttError, TimeoutError) as exc:
+            log.warning("refreshing the status failed: %s", exc)
 
     async def reject(self, event: Event | None, reason: str, raw: bytes | None = None) -> None:
         """Report an event that will not be decided on the errors topic."""
