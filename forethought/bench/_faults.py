@@ -217,7 +217,7 @@ async def _one_fault(
     loop = asyncio.get_running_loop()
     failures = planner.health.failures
     agent.update_state({"shift": cycle})  # fresh work: a new state's branches to write
-    if not await _wait_for(faulty.in_call.is_set, 30.0):
+    if not await _wait_for(faulty.in_call.is_set, 15.0):
         return {"kind": kind, "error": "the planner never started a call"}
     row: dict[str, Any] = {"kind": kind}
     t0 = loop.time()
@@ -303,6 +303,11 @@ async def run_model_faults(model: str, each: int) -> dict[str, Any]:
             for _ in range(each):
                 for kind in FAULTS:
                     rows.append(await _one_fault(agent, faulty, inner, kind, len(rows) + 1))
+                    if "error" in rows[-1]:  # the planner is gone: nothing more to learn
+                        break
+                else:
+                    continue
+                break
         finally:
             stop.set()
             await ticker

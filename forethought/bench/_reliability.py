@@ -9,6 +9,10 @@ The rows measured here (the issue's numbering):
   from the scheduled tick, RSS start/end/slope, the most tasks alive.
 * **R2 QoS 1** -- numbered events at 50 Hz over a real Mosquitto at QoS 1 (tree hits, the
   planner generating). Must hold: none lost, none actuated twice, publish -> action p99 <= 10 ms.
+* **R4 planner and model faults** -- :mod:`._faults`: the model worker killed and stopped,
+  exceptions, grammar errors, malformed, truncated and runaway outputs, cycled while tree hits
+  arrive at 50 Hz. Must hold: no tree-hit miss, nothing invalid emitted or stored, live calls
+  cut at their budget, and the planner back to ``ok`` on its own after every fault.
 * **R5 hostile input** -- seeded hostile payloads (random bytes, truncations, wrong types,
   NaN/Infinity, huge numbers, deep nesting, duplicate keys, NUL, invalid UTF-8, sizes at and
   past the limit, bad state patches) sent through a real :class:`Agent` on the in-process bus.
@@ -58,6 +62,8 @@ from forethought.policies import (
     PolicyTree,
     SnapshotError,
 )
+
+from ._faults import run_model_faults
 
 __all__ = [
     "ABUSES",
@@ -527,12 +533,13 @@ def _replays(backend: TransformersBackend, runs: int, say: Callable[[str], None]
 def run_reliability_bench(
     backend: TransformersBackend, *, quick: bool, say: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    """Run R5, R8, R9, R10, then R1 + R7.
+    """Run R5, R8, R9, R4, R10, then R1 + R7, then R2.
 
     R1 goes last: its loaded cores slow what the latency model learns, which would change what
     the other rows' executor predicts.
     """
     cases, kills, runs, stalls = (1_000, 100, 3, 5) if quick else (10_000, 1_000, 10, 20)
+    faults = 5 if quick else 50
     seconds = 20.0 if quick else 600.0
     out: dict[str, Any] = {}
     say(f"R5 hostile payloads: {cases} cases through a real agent")
@@ -547,6 +554,9 @@ def run_reliability_bench(
     say(f"R9 stalls: the event loop blocked 1.2 s, {stalls} times, an event pending each time")
     out["r9_stalls"] = asyncio.run(_stalls(backend, stalls))
     say(f"  {out['r9_stalls']}")
+    say(f"R4 model faults: {faults} of each kind, the model in a worker process")
+    out["r4_faults"] = r4 = asyncio.run(run_model_faults(backend.model_id, faults))
+    say(f"  { {k: v for k, v in r4.items() if k != 'rows'} }")
     say(f"R10 deterministic replays: {runs} virtual-time replays")
     out["r10_replays"] = _replays(backend, runs, say)
     say(f"R1+R7 load: 200 Hz tree hits for {seconds:.0f} s, planner generating, cores loaded")
@@ -580,6 +590,7 @@ def reliability_targets(r: dict[str, Any]) -> dict[str, tuple[float | None, str,
         "R2 lost events at QoS 1": (r["r2_qos1"].get("lost"), "<=", 0),
         "R2 duplicate actuations": (r["r2_qos1"].get("duplicates"), "<=", 0),
         "R2 publish->action p99 ms": (r["r2_qos1"].get("p99_ms"), "<=", 10.0),
+        **_r4_targets(r.get("r4_faults")),
         "R5 crashes": (h["crashes"], "<=", 0),
         "R5 refusals without a field": (h["unnamed"], "<=", 0),
         "R5 invalid actions": (h["invalid"], "<=", 0),
@@ -596,4 +607,28 @@ def reliability_targets(r: dict[str, Any]) -> dict[str, tuple[float | None, str,
             r["r9_stalls"]["stalls"],
         ),
         "R10 distinct decision hashes": (r["r10_replays"]["distinct_hashes"], "<=", 1),
+    }
+
+
+def _r4_targets(r4: dict[str, Any] | None) -> dict[str, tuple[float | None, str, float]]:
+    if r4 is None:
+        return {}
+    kinds = r4["faults"].values()
+    return {
+        "R4 tree-hit misses during model faults": (r4["tick_misses"], "<=", 0),
+        "R4 invalid actions emitted or stored": (
+            r4["invalid_emitted"] + r4["stored_invalid"],
+            "<=",
+            0,
+        ),
+        "R4 faults the planner did not recover from": (
+            sum(k["faults"] - k["healthy_again"] for k in kinds),
+            "<=",
+            0,
+        ),
+        "R4 live cut overrun ms (bound: 2 decode steps)": (
+            r4["live_cut_overrun_max_ms"],
+            "<=",
+            2 * r4["decode_step_p95_ms"],
+        ),
     }
