@@ -44,6 +44,8 @@ from forethought.planner import (
 )
 from forethought.policies import ActionSchema, AgentSpec, BackendError, EventKey, PolicyNode
 
+from ._reliability import RELIABILITY_SPEC
+
 __all__ = ["FAULTS", "FAULTS_SPEC", "FaultyBackend", "run_model_faults"]
 
 INJECTED = ("exception", "grammar", "malformed", "truncated", "runaway")
@@ -51,17 +53,8 @@ REAL = ("killed", "hang")
 FAULTS = (*REAL, *INJECTED)
 
 FAULTS_SPEC: dict[str, Any] = {
+    **RELIABILITY_SPEC,  # its description, action schema and default
     "name": "faults",
-    "description": "You steer a warehouse robot. Answer with the safest action.",
-    "action": {
-        "type": "object",
-        "properties": {
-            "action": {"enum": ["stop", "slow", "go"]},
-            "speed": {"type": "number", "minimum": 0, "maximum": 1.5},
-        },
-        "required": ["action"],
-    },
-    "default_action": {"action": "stop"},
     "state": {"zone": "aisle", "shift": 0},
     "events": [
         # Depends on no state: the tree keeps its answer while the planner's work moves on.

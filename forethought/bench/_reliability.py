@@ -63,8 +63,6 @@ from forethought.policies import (
     SnapshotError,
 )
 
-from ._faults import run_model_faults
-
 __all__ = [
     "ABUSES",
     "RELIABILITY_SPEC",
@@ -554,6 +552,8 @@ def run_reliability_bench(
     say(f"R9 stalls: the event loop blocked 1.2 s, {stalls} times, an event pending each time")
     out["r9_stalls"] = asyncio.run(_stalls(backend, stalls))
     say(f"  {out['r9_stalls']}")
+    from ._faults import run_model_faults  # noqa: PLC0415 - it imports this module
+
     say(f"R4 model faults: {faults} of each kind, the model in a worker process")
     out["r4_faults"] = r4 = asyncio.run(run_model_faults(backend.model_id, faults))
     say(f"  { {k: v for k, v in r4.items() if k != 'rows'} }")
