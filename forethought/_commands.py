@@ -86,6 +86,9 @@ def _bus(
         events_filter=settings.events_filter,
         max_payload_bytes=settings.max_payload_bytes,
         queue_size=settings.queue_size,
+        keepalive=settings.keepalive,
+        session_expiry_s=settings.session_expiry_s,
+        outbox_size=settings.outbox_size,
         security=settings.security(),
     )
     return mqtt_bus, f"{url}; events on {mqtt_bus.events_filter}", ident

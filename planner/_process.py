@@ -47,14 +47,27 @@ __all__ = ["ProcessBackend"]
 
 
 class _SharedCancel:
-    """What the worker's decoder polls: the parent sets it through the pipe-side event."""
+    """What the worker's decoder polls: a byte of shared memory the parent sets.
 
-    def __init__(self, event: Any) -> None:
-        self.event = event
+    Lock-free on purpose: a ``multiprocessing.Event`` takes a lock on every read, and a worker
+    killed while holding it (it reads before every forward pass) would leave the parent
+    blocked for ever on its next ``set`` or ``clear`` -- which the fault bench hit.
+    """
+
+    def __init__(self, flag: Any) -> None:
+        self.flag = flag
 
     @property
     def cancelled(self) -> bool:
-        return bool(self.event.is_set())
+        return bool(self.flag.value)
+
+    def is_set(self) -> bool:
+        """What the decoder polls (it takes the signal's ``event``: this object)."""
+        return bool(self.flag.value)
+
+    @property
+    def event(self) -> _SharedCancel:
+        return self
 
 
 def _encode_error(exc: BaseException) -> tuple[str, Any]:
@@ -200,7 +213,7 @@ class ProcessBackend:
         self._threads = threads
         self._latency = LatencyModel()
         self._ctx = mp.get_context("spawn")  # fork is unsafe with torch's threads
-        self._cancel = self._ctx.Event()
+        self._cancel: Any = None  # the shared cancel byte of the running worker
         self._conn: Connection | None = None
         self._proc: Any = None
         self._lock: asyncio.Lock | None = None
@@ -238,6 +251,7 @@ class ProcessBackend:
     async def _start(self) -> None:
         """Spawn the worker and wait until its model is loaded (BackendError if it fails)."""
         parent, child = self._ctx.Pipe()
+        self._cancel = self._ctx.RawValue("b", 0)  # a fresh one per worker
         proc = self._ctx.Process(
             target=_worker_main,
             args=(child, self._cancel, self._options, self._nice, self._threads),
@@ -353,9 +367,10 @@ class ProcessBackend:
             raise NotStarted("ProcessBackend")
         async with self._lock:  # the worker serves one call at a time
             conn = await self._ready()
-            self._cancel.clear()
+            flag = self._cancel
+            flag.value = 0
             if cancel is not None:
-                cancel.on_cancel(self._cancel.set)
+                cancel.on_cancel(lambda: setattr(flag, "value", 1))
             call_id = next(self._ids)
             try:
                 conn.send((call_id, method, schema.portable(), args))
@@ -371,7 +386,7 @@ class ProcessBackend:
             except asyncio.CancelledError:
                 # Return now (the caller's deadline is not ours to spend): the worker stops
                 # before its next forward pass, and the next call takes the reply first.
-                self._cancel.set()
+                flag.value = 1
                 self._draining = asyncio.ensure_future(self._drain(reader))
                 raise
         if reply is None:

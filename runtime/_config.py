@@ -44,6 +44,13 @@ class MqttConfig(BaseModel):
     events_filter: str | None = None
     max_payload_bytes: int = Field(default=65_536, ge=64)
     queue_size: int = Field(default=256, ge=1)
+    keepalive: int = Field(default=10, ge=1, le=65_535)
+    """Seconds between pings when idle: a frozen broker is noticed within about twice this."""
+    session_expiry_s: int = Field(default=300, ge=0)
+    """How long the broker keeps our session (subscription, queued QoS 1 events) after a
+    lost connection (0: a clean session on every connection)."""
+    outbox_size: int = Field(default=1024, ge=1)
+    """The most decisions held for publishing when the connection is back."""
     username: str | None = None
     password: SecretStr | None = None
     password_file: Path | None = None

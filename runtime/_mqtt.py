@@ -8,8 +8,17 @@ retained ``status`` says ``{"online": true}`` on connecting, then carries the ag
 ``{"online": false}`` if the connection dies.
 
 The connection is kept by one task: on loss it reconnects with exponential backoff and
-resubscribes, counting outages. Incoming events wait in a bounded queue; when it is full the
-oldest is dropped (a stale event is worth least) and counted.
+resubscribes, counting outages and timing each reconnection. Incoming events wait in a bounded
+queue; when it is full the oldest is dropped (a stale event is worth least) and counted.
+
+Nothing accepted is lost to an outage, and nothing is actuated twice because of one:
+
+* the session is persistent (``clean_start`` off, ``session_expiry_s``), so QoS 1 events that
+  arrive while the agent is reconnecting wait for it at the broker;
+* a decision that cannot be published (no connection, or no PUBACK) waits in a bounded outbox
+  and goes out, in order, as soon as the connection is back;
+* a redelivered event (the same id) is decided once -- the executor remembers ids -- and its
+  decision is not published again: the ids whose decisions went out are remembered too.
 """
 
 from __future__ import annotations
@@ -19,9 +28,9 @@ import contextlib
 import logging
 import socket
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 import aiomqtt
@@ -67,6 +76,18 @@ class MqttStats:
     connects: int = 0
     replies_refused: int = 0
     """Response topics outside ``forethought/<agent>/replies/`` (not published to)."""
+    held: int = 0
+    """Decisions put in the outbox because they could not be published at once."""
+    republished: int = 0
+    """Outbox decisions published after the connection came back."""
+    outbox_dropped: int = 0
+    """Decisions dropped because the outbox was full (the oldest go first)."""
+    repeats_suppressed: int = 0
+    """Decisions not published again for a redelivered event id."""
+    unanswered_probes: int = 0
+    """Connections ended because the broker did not answer a probe (frozen, or a dead link)."""
+    reconnect_s: list[float] = field(default_factory=list)
+    """Per outage: from losing the connection to being subscribed again."""
 
 
 class MqttBus:
@@ -83,6 +104,11 @@ class MqttBus:
         security: credentials and TLS settings (:class:`MqttSecurity`); a refusal (wrong
             credentials, a certificate not accepted) ends :meth:`run` with a ConfigError
             naming the cause instead of retrying.
+        session_expiry_s: how long the broker keeps the session (subscription and queued
+            QoS 1 events) after the connection is lost (0: a clean session each time).
+        outbox_size: the most decisions held for publishing after an outage.
+        remember_published: how many published event ids are remembered, so a redelivered
+            event's decision is not published twice.
 
     """
 
@@ -99,6 +125,9 @@ class MqttBus:
         keepalive: int = 10,
         wall_ns: Callable[[], int] = time.time_ns,
         security: MqttSecurity | None = None,
+        session_expiry_s: int = 300,
+        outbox_size: int = 1024,
+        remember_published: int = 65_536,
     ) -> None:
         self._host, self._port, self._tls = parse_broker_url(url)
         self._security = security or MqttSecurity()
@@ -113,6 +142,8 @@ class MqttBus:
         self.errors_topic = f"{base}/errors"
         self.status_topic = f"{base}/status"
         self.replies_prefix = f"{base}/replies/"
+        self.probe_topic = f"{base}/probe"
+        """Only ever unsubscribed from: the round trip that tells a silent broker is alive."""
         self._max_bytes = max_payload_bytes
         self._queue_size = queue_size
         self._backoff = (reconnect_min_s, reconnect_max_s)
@@ -122,6 +153,13 @@ class MqttBus:
         self._arrived = asyncio.Event()
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
+        self._expiry = session_expiry_s
+        self._outbox: deque[tuple[Event, bytes]] = deque()
+        self._outbox_size = outbox_size
+        self._published: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember_published
+        self._lost_at: float | None = None
+        self._heard_at = 0.0
         self.stats = MqttStats()
 
     @property
@@ -151,6 +189,8 @@ class MqttBus:
         options = self._security.client_options(self._tls)  # reads the TLS files, once
         while True:
             will = aiomqtt.Will(self.status_topic, b'{"online":false}', qos=1, retain=True)
+            session = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            session.SessionExpiryInterval = self._expiry
             try:
                 async with aiomqtt.Client(
                     self._host,
@@ -161,6 +201,10 @@ class MqttBus:
                     will=will,
                     keepalive=self._keepalive,
                     timeout=5.0,
+                    # Resume the session the broker kept: QoS 1 events sent while we were
+                    # away are waiting in it (a first connection simply starts one).
+                    clean_start=self._expiry == 0,
+                    properties=session,
                     # Small messages on a deadline: Nagle plus delayed ACKs would add ~40 ms.
                     socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
                 ) as client:
@@ -168,11 +212,23 @@ class MqttBus:
                     await client.subscribe(self.events_filter, qos=1)
                     await client.publish(self.status_topic, b'{"online":true}', qos=1, retain=True)
                     self.stats.connects += 1
+                    if self._lost_at is not None:
+                        loop = asyncio.get_running_loop()
+                        self.stats.reconnect_s.append(loop.time() - self._lost_at)
+                        self._lost_at = None
                     self._connected.set()
                     delay = self._backoff[0]
+                    await self._flush_outbox(client)
+                    watch = asyncio.timeout(None)
+                    prober = asyncio.create_task(
+                        self._probe(client, watch), name=f"forethought.mqtt[{self.agent_id}].probe"
+                    )
                     try:
-                        async for message in client.messages:
-                            await self._receive(message)
+                        async with watch:
+                            async for message in client.messages:
+                                await self._receive(message)
+                    except TimeoutError:
+                        raise aiomqtt.MqttError("the broker stopped answering") from None
                     except asyncio.CancelledError:
                         with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
                             await client.publish(
@@ -183,9 +239,12 @@ class MqttBus:
                                 timeout=1.0,
                             )
                         raise
+                    finally:
+                        prober.cancel()
             except aiomqtt.MqttError as exc:
                 if self._connected.is_set():
                     self.stats.outages += 1
+                    self._lost_at = asyncio.get_running_loop().time()
                 reason = refusal(exc)
                 if reason is not None:  # the same on every retry: say why and stop
                     raise ConfigError("mqtt", f"{self._host}:{self._port}", reason) from None
@@ -198,7 +257,37 @@ class MqttBus:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._backoff[1])
 
+    async def _probe(self, client: aiomqtt.Client, watch: asyncio.Timeout) -> None:
+        """Notice a broker that stopped answering, within 1.25 x keepalive.
+
+        paho notices only after a ping goes unanswered for a whole keepalive (up to twice
+        the keepalive from the last packet heard). Here, when nothing has been heard for half
+        a keepalive, a round trip is asked for -- an UNSUBSCRIBE of a topic we never
+        subscribed, which every broker acknowledges, which no ACL forbids and which nobody
+        else sees -- and no answer within half a keepalive ends the connection, so the
+        reconnect loop takes over.
+        """
+        loop = asyncio.get_running_loop()
+        half = self._keepalive / 2
+        self._heard_at = loop.time()
+        while True:
+            await asyncio.sleep(half / 2)
+            if loop.time() - self._heard_at < half:
+                continue
+            try:
+                await client.unsubscribe(self.probe_topic, timeout=half)
+            except aiomqtt.MqttError:
+                self.stats.outages += 1
+                self.stats.unanswered_probes += 1
+                self._lost_at = loop.time()
+                self._connected.clear()
+                log.warning("mqtt broker %s:%s stopped answering", self._host, self._port)
+                watch.reschedule(loop.time())  # ends the message loop: reconnect
+                return
+            self._heard_at = loop.time()
+
     async def _receive(self, message: aiomqtt.Message) -> None:
+        self._heard_at = asyncio.get_running_loop().time()
         self.stats.received += 1
         raw = payload_bytes(message)
         try:
@@ -239,23 +328,61 @@ class MqttBus:
             yield self._pending.popleft()
 
     async def publish(self, event: Event, decision: Decision) -> None:
-        """Publish the decision at QoS 1 (and to the event's response topic, if any)."""
+        """Publish the decision at QoS 1 (and to the event's response topic, if any).
+
+        Without a connection, or without the broker's PUBACK, it waits in the outbox for the
+        next connection; a redelivered event's decision is not published on the actions topic
+        a second time.
+        """
         body = orjson.dumps(decision.payload())
-        client = await self._client_or_none()
-        if client is None:
-            self.stats.publish_failures += 1
+        client = self._client
+        if event.id in self._published:
+            # Actuated once already. A requester asking again on its response topic still
+            # gets the answer (a reply is not an actuation).
+            self.stats.repeats_suppressed += 1
+            if client is not None and event.reply is not None:
+                await self._send(client, event, body, actuate=False)
             return
+        if client is None or self._outbox or not await self._send(client, event, body):
+            self._hold(event, body)  # behind what already waits: decisions keep their order
+
+    async def _send(
+        self, client: aiomqtt.Client, event: Event, body: bytes, *, actuate: bool = True
+    ) -> bool:
         try:
-            await client.publish(self.actions_topic, body, qos=1)
+            if actuate:
+                await client.publish(self.actions_topic, body, qos=1)
             if event.reply is not None:
                 props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
                 if event.reply.correlation is not None:
                     props.CorrelationData = event.reply.correlation
                 await client.publish(event.reply.topic, body, qos=1, properties=props)
-            self.stats.published += 1
         except aiomqtt.MqttError as exc:
             self.stats.publish_failures += 1
-            log.warning("publishing the decision for %s failed: %s", event.id, exc)
+            log.warning("publishing the decision for %s failed (held): %s", event.id, exc)
+            return False
+        self.stats.published += 1
+        self._heard_at = asyncio.get_running_loop().time()  # its PUBACK came
+        self._published[event.id] = None
+        if len(self._published) > self._remember:
+            self._published.popitem(last=False)
+        return True
+
+    def _hold(self, event: Event, body: bytes) -> None:
+        if len(self._outbox) >= self._outbox_size:
+            self._outbox.popleft()
+            self.stats.outbox_dropped += 1
+        self._outbox.append((event, body))
+        self.stats.held += 1
+
+    async def _flush_outbox(self, client: aiomqtt.Client) -> None:
+        """Publish held decisions, oldest first, until done or the connection fails again."""
+        while self._outbox:
+            event, body = self._outbox[0]
+            if event.id not in self._published and not await self._send(client, event, body):
+                return
+            self._outbox.popleft()
+            self.stats.republished += 1
 
     async def publish_status(self, report: HealthReport) -> None:
         """Replace the retained status with ``report`` (skipped while disconnected)."""
@@ -289,10 +416,3 @@ class MqttBus:
             return
         with contextlib.suppress(aiomqtt.MqttError):
             await client.publish(self.errors_topic, orjson.dumps(body), qos=1)
-
-    async def _client_or_none(self) -> aiomqtt.Client | None:
-        if not self._connected.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await self._connected.wait()
-        return self._client

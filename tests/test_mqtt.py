@@ -174,9 +174,12 @@ async def test_duplicates_expired_and_out_of_space(broker: Broker, agent_id: str
         topic = f"forethought/{agent_id}/events/ping"
         await client.publish(topic, event(4), qos=1)
         await listener.wait("actions", 1)
-        await client.publish(topic, event(4), qos=1)  # the same id again
-        actions = await listener.wait("actions", 2)
-        assert actions[0]["body"] == actions[1]["body"]
+        await client.publish(topic, event(4), qos=1)  # the same id again: decided once,
+        props = Properties(PacketTypes.PUBLISH)  # ... actuated once, answered when asked
+        props.ResponseTopic = f"forethought/{agent_id}/replies/again"
+        await client.publish(topic, event(4), qos=1, properties=props)
+        (again,) = await listener.wait("again")
+        assert again["body"] == listener.got["actions"][0]["body"]
         past = time.time_ns() - 1_000_000_000
         await client.publish(topic, event(5, deadline_ns=past), qos=1)
         errors = await listener.wait("errors", 1)
@@ -188,13 +191,15 @@ async def test_duplicates_expired_and_out_of_space(broker: Broker, agent_id: str
         await client.publish(
             topic, orjson.dumps({"id": "o2", "type": "ping", "params": {"n": 99}}), qos=1
         )
-        actions = await listener.wait("actions", 4)
-        oos = {a["body"]["id"]: a["body"] for a in actions[2:]}
+        actions = await listener.wait("actions", 3)
+        oos = {a["body"]["id"]: a["body"] for a in actions[1:]}
         assert oos["o1"]["out_of_space"]
         assert oos["o2"]["out_of_space"]
         assert oos["o1"]["tier"] != "tree"
         assert bus.stats.expired == 1
-        assert agent.executor.stats.duplicates == 1
+        assert agent.executor.stats.duplicates == 2
+        assert bus.stats.repeats_suppressed == 2
+        assert [a["body"]["id"] for a in actions].count("e4") == 1
         assert agent.executor.stats.out_of_space == 2
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -46,6 +47,9 @@ class MosquittoBroker:
             an ACL file...).
         anonymous: whether clients may connect without a username.
         scheme: ``mqtt`` or ``mqtts`` (the listener's TLS comes from ``extra_config``).
+        persistent: keep sessions, subscriptions and queued QoS 1 messages on disk across
+            restarts, saved after every change (``autosave_on_changes``): the closest
+            Mosquitto comes to durable, which is still not synchronous with its PUBACK.
 
     """
 
@@ -56,6 +60,7 @@ class MosquittoBroker:
         extra_config: str = "",
         anonymous: bool = True,
         scheme: str = "mqtt",
+        persistent: bool = False,
     ) -> None:
         exe = mosquitto_path()
         if exe is None:
@@ -71,6 +76,12 @@ class MosquittoBroker:
             f"user {getpass.getuser()}\n"
             f"listener {self.port} 127.0.0.1\n"
             f"allow_anonymous {'true' if anonymous else 'false'}\nset_tcp_nodelay true\n"
+            + (
+                f"persistence true\npersistence_location {self._dir.name}/\n"
+                "autosave_interval 1\nautosave_on_changes true\n"
+                if persistent
+                else ""
+            )
             + extra_config
         )
         self._proc: subprocess.Popen[bytes] | None = None
@@ -96,9 +107,20 @@ class MosquittoBroker:
     def stop(self) -> None:
         """Kill it (as a crash would) and wait for it to exit."""
         if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)  # a frozen broker dies too
             self._proc.kill()
             self._proc.wait()
             self._proc = None
+
+    def freeze(self) -> None:
+        """Stop it with SIGSTOP: its sockets stay open and it answers nothing."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """Let a frozen broker run again (SIGCONT)."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
 
     def close(self) -> None:
         """Stop it and remove its files."""

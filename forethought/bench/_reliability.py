@@ -9,6 +9,10 @@ The rows measured here (the issue's numbering):
   from the scheduled tick, RSS start/end/slope, the most tasks alive.
 * **R2 QoS 1** -- numbered events at 50 Hz over a real Mosquitto at QoS 1 (tree hits, the
   planner generating). Must hold: none lost, none actuated twice, publish -> action p99 <= 10 ms.
+* **R3 broker crashes** -- :mod:`._broker_faults`: a persistent Mosquitto killed and frozen
+  under a 50 Hz QoS 1 stream. Must hold: nothing the broker acknowledged lost, nothing
+  published twice by the agent, reconnect p99 <= 2 s, a frozen broker noticed within
+  1.5 x keepalive, the retained status true after each reconnection and after the stop.
 * **R4 planner and model faults** -- :mod:`._faults`: the model worker killed and stopped,
   exceptions, grammar errors, malformed, truncated and runaway outputs, cycled while tree hits
   arrive at 50 Hz. Must hold: no tree-hit miss, nothing invalid emitted or stored, live calls
@@ -531,7 +535,7 @@ def _replays(backend: TransformersBackend, runs: int, say: Callable[[str], None]
 def run_reliability_bench(
     backend: TransformersBackend, *, quick: bool, say: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    """Run R5, R8, R9, R4, R10, then R1 + R7, then R2.
+    """Run R5, R8, R9, R4, R3, R10, then R1 + R7, then R2.
 
     R1 goes last: its loaded cores slow what the latency model learns, which would change what
     the other rows' executor predicts.
@@ -557,6 +561,19 @@ def run_reliability_bench(
     say(f"R4 model faults: {faults} of each kind, the model in a worker process")
     out["r4_faults"] = r4 = asyncio.run(run_model_faults(backend.model_id, faults))
     say(f"  { {k: v for k, v in r4.items() if k != 'rows'} }")
+    from ._broker_faults import run_broker_faults  # noqa: PLC0415
+
+    broker_kills, freezes = (3, 1) if quick else (20, 3)
+    say(f"R3 broker faults: {broker_kills} SIGKILLs, {freezes} SIGSTOPs of a persistent broker")
+    out["r3_broker"] = r3 = asyncio.run(
+        run_broker_faults(
+            backend,
+            kills=broker_kills,
+            freezes=freezes,
+            gap_s=(1.0, 3.0) if quick else (2.0, 15.0),
+        )
+    )
+    say(f"  {r3}")
     say(f"R10 deterministic replays: {runs} virtual-time replays")
     out["r10_replays"] = _replays(backend, runs, say)
     say(f"R1+R7 load: 200 Hz tree hits for {seconds:.0f} s, planner generating, cores loaded")
@@ -590,6 +607,7 @@ def reliability_targets(r: dict[str, Any]) -> dict[str, tuple[float | None, str,
         "R2 lost events at QoS 1": (r["r2_qos1"].get("lost"), "<=", 0),
         "R2 duplicate actuations": (r["r2_qos1"].get("duplicates"), "<=", 0),
         "R2 publish->action p99 ms": (r["r2_qos1"].get("p99_ms"), "<=", 10.0),
+        **_r3_targets(r.get("r3_broker")),
         **_r4_targets(r.get("r4_faults")),
         "R5 crashes": (h["crashes"], "<=", 0),
         "R5 refusals without a field": (h["unnamed"], "<=", 0),
@@ -607,6 +625,26 @@ def reliability_targets(r: dict[str, Any]) -> dict[str, tuple[float | None, str,
             r["r9_stalls"]["stalls"],
         ),
         "R10 distinct decision hashes": (r["r10_replays"]["distinct_hashes"], "<=", 1),
+    }
+
+
+def _r3_targets(r3: dict[str, Any] | None) -> dict[str, tuple[float | None, str, float]]:
+    if r3 is None:
+        return {}
+    return {
+        "R3 events lost through broker crashes": (r3["lost"], "<=", 0),
+        "R3 decisions published twice by the agent": (r3["published_twice_by_agent"], "<=", 0),
+        "R3 reconnect p99 s": (r3["reconnect_p99_s"], "<=", 2.0),
+        "R3 frozen broker detected, s (1.5 x keepalive)": (
+            r3["freeze_detect_max_s"],
+            "<=",
+            1.5 * r3["keepalive_s"],
+        ),
+        "R3 retained status wrong after a reconnect": (
+            r3["status_checks"] - r3["status_online_when_connected"],
+            "<=",
+            0,
+        ),
     }
 
 

@@ -1,0 +1,221 @@
+"""R3 of ``forethought bench --suite reliability``: the broker crashes and freezes (issue 12).
+
+A real Mosquitto with persistence (sessions and queued QoS 1 messages saved after every
+change), a real agent on it, and two more real clients, both with persistent sessions and
+reconnect loops of their own: a *sensor* publishing numbered events at 50 Hz at QoS 1 and
+re-sending any event the broker did not acknowledge, and an *actuator* counting the actions
+per event id. Meanwhile the broker is killed with SIGKILL and started again at random gaps,
+and frozen with SIGSTOP until the agent notices.
+
+What must hold: every event the sensor got a PUBACK for gets an action (lost = those that
+never do); the agent publishes none twice (an actuator may still receive one twice: the broker
+redelivers QoS 1 messages to a subscriber whose acknowledgement the crash lost, which is what
+the id on every action is for; counted apart); the agent is subscribed again soon after each
+restart (reconnect p50/p99, from its loss of the connection); a frozen broker is noticed
+(detection time, against 1.5 x keepalive); and the retained status tells the truth after
+every reconnection (online) and after the agent stops (the will's or its own ``offline``).
+
+Event deadlines are long here (60 s): the row is about delivery through outages, not about
+deadlines, which an outage of seconds would pass (an expired event is reported on the
+errors topic instead; R2 and the executor bench measure latency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from typing import Any
+
+import aiomqtt
+import orjson
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from forethought.planner import ModelBackend, PlannerConfig
+from forethought.policies import AgentSpec, EventKey, PolicyNode
+
+from ._broker import MosquittoBroker
+from ._faults import FAULTS_SPEC
+
+__all__ = ["run_broker_faults"]
+
+
+def _session() -> dict[str, Any]:
+    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+    props.SessionExpiryInterval = 300
+    return {"clean_start": False, "properties": props, "protocol": aiomqtt.ProtocolVersion.V5}
+
+
+async def _sensor(port: int, agent: str, n: int, hz: float, acked: set[int]) -> None:
+    """Publish events 0..n-1 at ``hz``, each until the broker acknowledges it."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    i = 0
+    while i < n:
+        with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
+            async with aiomqtt.Client(
+                "127.0.0.1", port, identifier=f"{agent}-sensor", timeout=2.0, **_session()
+            ) as client:
+                while i < n:
+                    delay = start + i / hz - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    body = {"id": f"m{i}", "type": "heartbeat", "deadline_ms": 60_000}
+                    await client.publish(
+                        f"forethought/{agent}/events/x", orjson.dumps(body), qos=1, timeout=2.0
+                    )
+                    acked.add(i)
+                    i += 1
+        await asyncio.sleep(0.05)  # the broker is down: try again soon
+
+
+async def _actuator(port: int, agent: str, copies: dict[str, int], ready: asyncio.Event) -> None:
+    """Count actions per event id, across broker restarts."""
+    while True:
+        with contextlib.suppress(aiomqtt.MqttError):
+            async with aiomqtt.Client(
+                "127.0.0.1", port, identifier=f"{agent}-actuator", **_session()
+            ) as client:
+                await client.subscribe(f"forethought/{agent}/actions", qos=1)
+                ready.set()
+                async for m in client.messages:
+                    raw = m.payload if isinstance(m.payload, bytes) else b"{}"
+                    ident = orjson.loads(raw).get("id", "?")
+                    copies[ident] = copies.get(ident, 0) + 1
+        await asyncio.sleep(0.05)
+
+
+async def _retained_status(port: int, agent: str) -> Any:
+    """The retained status, as a client connecting now reads it."""
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"{agent}-probe") as probe:
+        await probe.subscribe(f"forethought/{agent}/status", qos=1)
+        async with asyncio.timeout(5):
+            m = await anext(aiter(probe.messages))
+    return orjson.loads(m.payload if isinstance(m.payload, bytes) else b"null")
+
+
+async def _until(cond: Any, within: float) -> float | None:
+    """Seconds until ``cond()`` holds (polled every 5 ms), or None."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(within):
+            while not cond():  # noqa: ASYNC110 - the bus's state has no event for "lost"
+                await asyncio.sleep(0.005)
+            return loop.time() - t0
+    return None
+
+
+async def run_broker_faults(
+    backend: ModelBackend,
+    *,
+    kills: int,
+    freezes: int,
+    gap_s: tuple[float, float] = (2.0, 15.0),
+    hz: float = 50.0,
+    keepalive: int = 2,
+    seed: int = 3,
+    session_expiry_s: int = 300,
+) -> dict[str, Any]:
+    """R3: ``kills`` SIGKILLs and ``freezes`` SIGSTOPs of a persistent Mosquitto.
+
+    ``session_expiry_s=0`` runs the agent on clean sessions: the check that the persistent
+    session is what keeps events sent before it resubscribes.
+    """
+    from forethought.runtime import Agent, AgentConfig, MqttBus  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    agent_id = "r3"
+    acked: set[int] = set()
+    copies: dict[str, int] = {}
+    status_ok = status_checks = 0
+    detections: list[float | None] = []
+    with MosquittoBroker(persistent=True) as broker:
+        bus = MqttBus(
+            url=broker.url,
+            agent_id=agent_id,
+            keepalive=keepalive,
+            reconnect_min_s=0.05,
+            reconnect_max_s=0.5,
+            session_expiry_s=session_expiry_s,
+        )
+        cfg = AgentConfig.defaults(planner=PlannerConfig(enabled=False))
+        agent = Agent(AgentSpec.from_data(FAULTS_SPEC), backend=backend, bus=bus, config=cfg)
+        async with agent:
+            agent.tree.insert(
+                PolicyNode(
+                    fingerprint=agent.state.fingerprint_for("heartbeat"),
+                    key=EventKey("heartbeat", ()),
+                    action={"action": "slow", "speed": 0.5},
+                    compact='{"action":"slow","speed":0.5}',
+                    probability=1.0,
+                    model_id=backend.model_id,
+                    tokens=0,
+                    gen_seconds=0.0,
+                    created_at=asyncio.get_running_loop().time(),
+                )
+            )
+            await bus.wait_connected(10)
+            ready = asyncio.Event()
+            gaps = [rng.uniform(*gap_s) for _ in range(kills + freezes)]
+            n = int(hz * (sum(gaps) + 3.0))
+            async with asyncio.TaskGroup() as tg:
+                act = tg.create_task(_actuator(broker.port, agent_id, copies, ready), name="act")
+                await ready.wait()
+                sensor = tg.create_task(_sensor(broker.port, agent_id, n, hz, acked), name="s")
+                order = ["kill"] * kills + ["freeze"] * freezes
+                rng.shuffle(order)
+                for what, gap in zip(order, gaps, strict=True):
+                    await asyncio.sleep(gap)
+                    if what == "kill":
+                        broker.stop()
+                        await asyncio.to_thread(broker.start)
+                    else:
+                        broker.freeze()
+                        detections.append(await _until(lambda: not bus.connected, 6 * keepalive))
+                        broker.thaw()
+                    if await _until(lambda: bus.connected, 30.0) is not None:
+                        await asyncio.sleep(0.2)  # its online status is published on connect
+                        with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
+                            status_checks += 1
+                            status_ok += (await _retained_status(broker.port, agent_id)).get(
+                                "online"
+                            ) is True
+                await sensor
+                t_end = time.monotonic()
+                await _until(lambda: len(copies) >= len(acked), 30.0)
+                act.cancel()
+            stats = bus.stats
+        final = await _retained_status(broker.port, agent_id)
+    reconnect = sorted(stats.reconnect_s)
+    sent = {f"m{i}" for i in acked}
+    return {
+        "events": n,
+        "acked": len(acked),
+        "kills": kills,
+        "freezes": freezes,
+        "keepalive_s": keepalive,
+        "lost": len(sent - set(copies)),
+        # Arrivals at the actuator beyond the first per id: the broker's own QoS 1 redelivery
+        # to a subscriber that reconnects counts here (an actuator dedupes by the action's id).
+        "doubled_at_actuator": sum(c - 1 for i, c in copies.items() if i in sent and c > 1),
+        # Decisions the agent itself published more than once (repeats it suppressed are not).
+        "published_twice_by_agent": stats.published - len(set(copies)),
+        "reconnects": len(reconnect),
+        "reconnect_p50_s": reconnect[len(reconnect) // 2] if reconnect else None,
+        "reconnect_p99_s": reconnect[min(int(0.99 * len(reconnect)), len(reconnect) - 1)]
+        if reconnect
+        else None,
+        "freeze_detected_s": detections,
+        "freeze_detect_max_s": max((d for d in detections if d is not None), default=None),
+        "status_checks": status_checks,
+        "status_online_when_connected": status_ok,
+        "status_after_stop": final,
+        "held": stats.held,
+        "republished": stats.republished,
+        "repeats_suppressed": stats.repeats_suppressed,
+        "outbox_dropped": stats.outbox_dropped,
+        "drain_s": time.monotonic() - t_end,
+    }
