@@ -286,6 +286,8 @@ class Agent:
                 tg.create_task(self.planner.run(), name=f"forethought[{name}].planner")
             if self.recorder is not None and self.planner is not None:
                 tg.create_task(self._record_planner(), name=f"forethought[{name}].recorder")
+            if self.config.snapshot is not None and self.config.snapshot_interval_s > 0:
+                tg.create_task(self._save_periodically(), name=f"forethought[{name}].snapshot")
             if self.health_server is not None:
                 tg.create_task(self.health_server.run(), name=f"forethought[{name}].health")
                 await self.health_server.listening.wait()  # a port in use fails the start
@@ -315,6 +317,22 @@ class Agent:
             if every <= 0:
                 return
             await asyncio.sleep(every)
+
+    async def _save_periodically(self) -> None:
+        """Save the tree when it changed, every ``snapshot_interval_s``.
+
+        On the loop, not a thread: the tree changes on the loop, and a thread would read it
+        mid-change. The loop pauses for one save (serialising, one fsync), once an interval.
+        """
+        saved = self.tree.version
+        while True:
+            await asyncio.sleep(self.config.snapshot_interval_s)
+            if self.tree.version != saved:
+                saved = self.tree.version
+                try:
+                    self.save_snapshot()
+                except OSError as exc:  # the old snapshot stays (R8); try again next time
+                    log.warning("saving the tree snapshot failed: %s", exc)
 
     async def _record_planner(self, every_s: float = 1.0) -> None:
         planner, rec = self.planner, self.recorder

@@ -9,7 +9,8 @@ retained ``status`` says ``{"online": true}`` on connecting, then carries the ag
 
 The connection is kept by one task: on loss it reconnects with exponential backoff and
 resubscribes, counting outages and timing each reconnection. Incoming events wait in a bounded
-queue; when it is full the oldest is dropped (a stale event is worth least) and counted.
+queue; when it is full, a QoS 0 event pushes out the oldest (a stale event is worth least;
+counted), and a QoS 1 event waits, unacknowledged, for room: the broker holds the backlog.
 
 Nothing accepted is lost to an outage, and nothing is actuated twice because of one:
 
@@ -18,7 +19,10 @@ Nothing accepted is lost to an outage, and nothing is actuated twice because of 
 * a decision that cannot be published (no connection, or no PUBACK) waits in a bounded outbox
   and goes out, in order, as soon as the connection is back;
 * a redelivered event (the same id) is decided once -- the executor remembers ids -- and its
-  decision is not published again: the ids whose decisions went out are remembered too.
+  decision is not published again: the ids whose decisions went out are remembered too;
+* an event is acknowledged to the broker (QoS 1 PUBACK) only once its outcome is out -- its
+  decision published, or its refusal reported -- so an agent killed before that gets it again
+  from the broker when it comes back.
 """
 
 from __future__ import annotations
@@ -54,6 +58,11 @@ def parse_mqtt_url(url: str) -> tuple[str, int]:
     """``mqtt://host:port`` or ``mqtts://host:port`` -> (host, port); 1883 / 8883 by default."""
     host, port, _ = parse_broker_url(url)
     return host, port
+
+
+def _paho(client: aiomqtt.Client) -> Any:
+    """The paho client inside an aiomqtt one (aiomqtt 2 does not expose manual acks)."""
+    return client._client  # aiomqtt is pinned to 2.x; tests/test_mqtt.py exercises this
 
 
 def payload_bytes(message: aiomqtt.Message) -> bytes:
@@ -151,6 +160,7 @@ class MqttBus:
         self._wall_ns = wall_ns
         self._pending: deque[Event] = deque()
         self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
         self._expiry = session_expiry_s
@@ -160,6 +170,7 @@ class MqttBus:
         self._remember = remember_published
         self._lost_at: float | None = None
         self._heard_at = 0.0
+        self._unacked: dict[str, list[tuple[aiomqtt.Client, int]]] = {}
         self.stats = MqttStats()
 
     @property
@@ -191,6 +202,7 @@ class MqttBus:
             will = aiomqtt.Will(self.status_topic, b'{"online":false}', qos=1, retain=True)
             session = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             session.SessionExpiryInterval = self._expiry
+            connects = self.stats.connects
             try:
                 async with aiomqtt.Client(
                     self._host,
@@ -208,39 +220,7 @@ class MqttBus:
                     # Small messages on a deadline: Nagle plus delayed ACKs would add ~40 ms.
                     socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
                 ) as client:
-                    self._client = client
-                    await client.subscribe(self.events_filter, qos=1)
-                    await client.publish(self.status_topic, b'{"online":true}', qos=1, retain=True)
-                    self.stats.connects += 1
-                    if self._lost_at is not None:
-                        loop = asyncio.get_running_loop()
-                        self.stats.reconnect_s.append(loop.time() - self._lost_at)
-                        self._lost_at = None
-                    self._connected.set()
-                    delay = self._backoff[0]
-                    await self._flush_outbox(client)
-                    watch = asyncio.timeout(None)
-                    prober = asyncio.create_task(
-                        self._probe(client, watch), name=f"forethought.mqtt[{self.agent_id}].probe"
-                    )
-                    try:
-                        async with watch:
-                            async for message in client.messages:
-                                await self._receive(message)
-                    except TimeoutError:
-                        raise aiomqtt.MqttError("the broker stopped answering") from None
-                    except asyncio.CancelledError:
-                        with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
-                            await client.publish(
-                                self.status_topic,
-                                b'{"online":false}',
-                                qos=1,
-                                retain=True,
-                                timeout=1.0,
-                            )
-                        raise
-                    finally:
-                        prober.cancel()
+                    await self._connection(client)
             except aiomqtt.MqttError as exc:
                 if self._connected.is_set():
                     self.stats.outages += 1
@@ -254,8 +234,47 @@ class MqttBus:
             finally:
                 self._connected.clear()
                 self._client = None
+            if self.stats.connects != connects:  # it was up: start the backoff again
+                delay = self._backoff[0]
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._backoff[1])
+
+    async def _connection(self, client: aiomqtt.Client) -> None:
+        """Serve one connection until it fails (it ends only by an exception)."""
+        self._client = client
+        self._unacked.clear()  # unacknowledged there: the broker sends them again
+        _paho(client).manual_ack_set(True)
+        await client.subscribe(self.events_filter, qos=1)
+        await client.publish(self.status_topic, b'{"online":true}', qos=1, retain=True)
+        self.stats.connects += 1
+        if self._lost_at is not None:
+            loop = asyncio.get_running_loop()
+            self.stats.reconnect_s.append(loop.time() - self._lost_at)
+            self._lost_at = None
+        self._connected.set()
+        await self._flush_outbox(client)
+        watch = asyncio.timeout(None)
+        prober = asyncio.create_task(
+            self._probe(client, watch), name=f"forethought.mqtt[{self.agent_id}].probe"
+        )
+        try:
+            async with watch:
+                async for message in client.messages:
+                    await self._receive(message)
+        except TimeoutError:
+            raise aiomqtt.MqttError("the broker stopped answering") from None
+        except asyncio.CancelledError:
+            with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
+                await client.publish(
+                    self.status_topic,
+                    b'{"online":false}',
+                    qos=1,
+                    retain=True,
+                    timeout=1.0,
+                )
+            raise
+        finally:
+            prober.cancel()
 
     async def _probe(self, client: aiomqtt.Client, watch: asyncio.Timeout) -> None:
         """Notice a broker that stopped answering, within 1.25 x keepalive.
@@ -295,6 +314,7 @@ class MqttBus:
         except InvalidEvent as exc:
             self.stats.malformed += 1
             await self._report(None, str(exc), raw, topic=message.topic.value)
+            self._ack_now(message)
             return
         props = message.properties
         reply = None
@@ -312,7 +332,16 @@ class MqttBus:
             corr = getattr(props, "CorrelationData", None)
             reply = ReplyTo(str(response_topic), bytes(corr) if corr is not None else None)
         event = Event.from_payload(payload, arrival=Arrival.now(self._wall_ns), reply=reply)
-        if len(self._pending) >= self._queue_size:
+        if message.qos > 0 and self._client is not None:
+            self._unacked.setdefault(event.id, []).append((self._client, message.mid))
+        if message.qos > 0:
+            # Never dropped: it stays unacknowledged until there is room, and the broker keeps
+            # the rest of the backlog (an agent back from a restart meets all of it at once).
+            # A stale one is refused as expired when its turn comes, which is reported.
+            while len(self._pending) >= self._queue_size:
+                self._room.clear()
+                await self._room.wait()
+        elif len(self._pending) >= self._queue_size:
             dropped = self._pending.popleft()
             self.stats.dropped_full += 1
             await self._report(dropped, "queue full: dropped as the oldest waiting event", None)
@@ -325,6 +354,7 @@ class MqttBus:
             while not self._pending:
                 self._arrived.clear()
                 await self._arrived.wait()
+            self._room.set()
             yield self._pending.popleft()
 
     async def publish(self, event: Event, decision: Decision) -> None:
@@ -342,9 +372,12 @@ class MqttBus:
             self.stats.repeats_suppressed += 1
             if client is not None and event.reply is not None:
                 await self._send(client, event, body, actuate=False)
+            self._ack(event.id)
             return
         if client is None or self._outbox or not await self._send(client, event, body):
             self._hold(event, body)  # behind what already waits: decisions keep their order
+            return
+        self._ack(event.id)
 
     async def _send(
         self, client: aiomqtt.Client, event: Event, body: bytes, *, actuate: bool = True
@@ -400,6 +433,22 @@ class MqttBus:
         if reason.startswith("expired"):
             self.stats.expired += 1
         await self._report(event, reason, raw)
+        if event is not None:
+            self._ack(event.id)
+
+    def _ack(self, event_id: str) -> None:
+        """Acknowledge the event's messages now that its outcome is out.
+
+        Only on the connection that brought them: after a reconnection the broker sends
+        them again (the session is persistent), and the copy is acknowledged then.
+        """
+        for client, mid in self._unacked.pop(event_id, ()):
+            if client is self._client:
+                _paho(client).ack(mid, 1)
+
+    def _ack_now(self, message: aiomqtt.Message) -> None:
+        if message.qos > 0 and self._client is not None:
+            _paho(self._client).ack(message.mid, 1)
 
     async def _report(
         self, event: Event | None, reason: str, raw: bytes | None, topic: str | None = None

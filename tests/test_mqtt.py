@@ -236,7 +236,7 @@ async def test_reconnects_after_a_broker_restart(broker: Broker, agent_id: str) 
         assert agent.executor.stats.decisions == 3
 
 
-async def test_bounded_queue_drops_the_oldest(broker: Broker, agent_id: str) -> None:
+async def test_bounded_queue_drops_the_oldest_qos0(broker: Broker, agent_id: str) -> None:
     bus = MqttBus(url=broker.url, agent_id=agent_id, queue_size=2)
     async with (
         bus,
@@ -249,7 +249,7 @@ async def test_bounded_queue_drops_the_oldest(broker: Broker, agent_id: str) -> 
         listener = Listener(client)
         pump = tg.create_task(listener.pump(), name="test.pump")
         for i in range(5):  # nobody is consuming events yet
-            await client.publish(f"forethought/{agent_id}/events/ping", event(20 + i), qos=1)
+            await client.publish(f"forethought/{agent_id}/events/ping", event(20 + i), qos=0)
         errors = await listener.wait("errors", 3)
         pump.cancel()
         assert [e["body"]["id"] for e in errors] == ["e20", "e21", "e22"]
@@ -258,6 +258,26 @@ async def test_bounded_queue_drops_the_oldest(broker: Broker, agent_id: str) -> 
         got = [(await anext(events)).id for _ in range(2)]
         assert got == ["e23", "e24"]
         assert bus.stats.dropped_full == 3
+        connection.cancel()
+
+
+async def test_bounded_queue_holds_qos1_events_back_instead(broker: Broker, agent_id: str) -> None:
+    bus = MqttBus(url=broker.url, agent_id=agent_id, queue_size=2)
+    async with (
+        bus,
+        aiomqtt.Client("127.0.0.1", broker.port, protocol=aiomqtt.ProtocolVersion.V5) as client,
+        asyncio.TaskGroup() as tg,
+    ):
+        connection = tg.create_task(bus.run(), name="test.bus")
+        await bus.wait_connected(10)
+        for i in range(6):  # nobody is consuming events yet
+            await client.publish(f"forethought/{agent_id}/events/ping", event(30 + i), qos=1)
+        await asyncio.sleep(0.3)
+        assert bus.stats.received == 3  # two queued, the third waiting for room, unacked
+        events = bus.events()
+        got = [(await anext(events)).id for _ in range(6)]
+        assert got == [f"e{30 + i}" for i in range(6)]
+        assert bus.stats.dropped_full == 0
         connection.cancel()
 
 

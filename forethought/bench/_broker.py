@@ -79,6 +79,10 @@ class MosquittoBroker:
             + (
                 f"persistence true\npersistence_location {self._dir.name}/\n"
                 "autosave_interval 1\nautosave_on_changes true\n"
+                # Mosquitto's default keeps 1,000 messages for a client that is away, and
+                # drops the rest without a word: an agent restarting for 10 s at 50 Hz and
+                # then working off the backlog needs more.
+                "max_queued_messages 100000\n"
                 if persistent
                 else ""
             )

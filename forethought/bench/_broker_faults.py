@@ -24,8 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import aiomqtt
@@ -39,7 +44,7 @@ from forethought.policies import AgentSpec, EventKey, PolicyNode
 from ._broker import MosquittoBroker
 from ._faults import FAULTS_SPEC
 
-__all__ = ["run_broker_faults"]
+__all__ = ["run_agent_kills", "run_broker_faults"]
 
 
 def _session() -> dict[str, Any]:
@@ -218,4 +223,133 @@ async def run_broker_faults(
         "repeats_suppressed": stats.repeats_suppressed,
         "outbox_dropped": stats.outbox_dropped,
         "drain_s": time.monotonic() - t_end,
+    }
+
+
+# -- the agent killed -------------------------------------------------------------------------
+
+
+async def _status_watch(port: int, agent: str, seen: list[tuple[float, Any]]) -> None:
+    """Every retained-status update, with the loop time it arrived."""
+    loop = asyncio.get_running_loop()
+    while True:
+        with contextlib.suppress(aiomqtt.MqttError):
+            async with aiomqtt.Client("127.0.0.1", port, identifier=f"{agent}-watch") as c:
+                await c.subscribe(f"forethought/{agent}/status", qos=1)
+                async for m in c.messages:
+                    raw = m.payload if isinstance(m.payload, bytes) else b"null"
+                    seen.append((loop.time(), orjson.loads(raw)))
+        await asyncio.sleep(0.05)
+
+
+def _agent_command(spec: Path, config: Path, url: str, agent: str) -> list[str]:
+    return [
+        sys.executable, "-m", "forethought._cli", "run", str(spec),
+        "--mqtt", url, "--agent-id", agent, "--config", str(config),
+    ]  # fmt: skip
+
+
+async def run_agent_kills(
+    model: str,
+    *,
+    kills: int,
+    gap_s: tuple[float, float] = (3.0, 8.0),
+    hz: float = 20.0,
+    seed: int = 5,
+) -> dict[str, Any]:
+    """R3's last part: ``forethought run`` killed with SIGKILL ``kills`` times, restarted.
+
+    The agent is a real process with a snapshot saved every second; the sensor (20 Hz: the
+    restarted agent must also work off the backlog, on whatever tier answers heartbeats) and
+    the actuator stay up. Must hold: every event the broker acknowledged gets an action (events are
+    acknowledged by the agent only once decided, so the broker sends the undecided ones again
+    to the restarted agent), none gets two, the will says offline after each kill and the
+    agent's own status online after each restart, and the restarted agent starts from its
+    snapshot (its first report counts tree nodes).
+    """
+    rng = random.Random(seed)
+    agent_id = "r3-agent"
+    acked: set[int] = set()
+    copies: dict[str, int] = {}
+    statuses: list[tuple[float, Any]] = []
+    rows: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    with tempfile.TemporaryDirectory() as tmp, MosquittoBroker(persistent=True) as broker:
+        spec, config = Path(tmp) / "spec.json", Path(tmp) / "agent.toml"
+        spec.write_bytes(orjson.dumps(FAULTS_SPEC))
+        config.write_text(
+            f'model = "{model}"\nsnapshot = "{Path(tmp) / "tree.json"}"\n'
+            "snapshot_interval_s = 1.0\n"
+            "[planner]\nbatch_size = 2\nhorizon = 1\nmin_value = 0.0\ncost_weight = 0.0\n"
+            "learn = false\n[mqtt]\nkeepalive = 2\n[health]\ninterval_s = 0.5\n"
+        )
+        cmd = _agent_command(spec, config, broker.url, agent_id)
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+        def start() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(  # noqa: S603 - our own command line
+                cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+
+        def online_since(t: float) -> bool:
+            return any(at >= t and s.get("online") is True for at, s in statuses)
+
+        async with asyncio.TaskGroup() as tg:
+            watch = tg.create_task(_status_watch(broker.port, agent_id, statuses), name="w")
+            ready = asyncio.Event()
+            act = tg.create_task(_actuator(broker.port, agent_id, copies, ready), name="act")
+            await ready.wait()
+            proc = start()
+            t0 = loop.time()
+            await _until(lambda: online_since(t0), 120.0)
+            gaps = [rng.uniform(*gap_s) for _ in range(kills)]
+            n = int(hz * (sum(gaps) + 10.0 * kills + 5.0))
+            sensor = tg.create_task(_sensor(broker.port, agent_id, n, hz, acked), name="s")
+            for gap in gaps:
+                await asyncio.sleep(gap)
+                killed_at = loop.time()  # before: the will may come while we reap it
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+                will = await _until(
+                    lambda at=killed_at: any(
+                        t >= at and s == {"online": False} for t, s in statuses
+                    ),
+                    10.0,
+                )
+                proc = start()
+                back = await _until(lambda at=killed_at: online_since(at), 120.0)
+
+                def report(at: float = killed_at) -> Any:
+                    return next((s for t, s in statuses if t >= at and "tree" in (s or {})), None)
+
+                await _until(lambda: report() is not None, 10.0)
+                first = report()
+                rows.append(
+                    {
+                        "will_offline_after_s": will,
+                        "online_again_after_s": back,
+                        "tree_nodes_at_restart": first["tree"]["nodes"] if first else None,
+                    }
+                )
+            await sensor
+            await _until(lambda: set(copies) >= {f"m{i}" for i in acked}, 60.0)
+            proc.terminate()
+            await asyncio.to_thread(proc.wait)
+            last = statuses[-2][1] if len(statuses) > 1 else None  # before its "offline"
+            act.cancel()
+            watch.cancel()
+    sent = {f"m{i}" for i in acked}
+    backs = sorted(r["online_again_after_s"] for r in rows if r["online_again_after_s"])
+    return {
+        "kills": kills,
+        "hz": hz,
+        "events": n,
+        "acked": len(acked),
+        "lost": len(sent - set(copies)),
+        "doubled": sum(c - 1 for i, c in copies.items() if i in sent and c > 1),
+        "will_offline_every_kill": all(r["will_offline_after_s"] is not None for r in rows),
+        "restart_to_online_max_s": backs[-1] if backs else None,
+        "restarted_from_snapshot": sum(bool(r["tree_nodes_at_restart"]) for r in rows),
+        "last_report": last,
+        "rows": rows,
     }

@@ -574,6 +574,12 @@ def run_reliability_bench(
         )
     )
     say(f"  {r3}")
+    from ._broker_faults import run_agent_kills  # noqa: PLC0415
+
+    agent_kills = 2 if quick else 5
+    say(f"R3 agent: `forethought run` killed {agent_kills} times, restarted from its snapshot")
+    out["r3_agent"] = r3a = asyncio.run(run_agent_kills(backend.model_id, kills=agent_kills))
+    say(f"  { {k: v for k, v in r3a.items() if k != 'rows'} }")
     say(f"R10 deterministic replays: {runs} virtual-time replays")
     out["r10_replays"] = _replays(backend, runs, say)
     say(f"R1+R7 load: 200 Hz tree hits for {seconds:.0f} s, planner generating, cores loaded")
@@ -608,6 +614,7 @@ def reliability_targets(r: dict[str, Any]) -> dict[str, tuple[float | None, str,
         "R2 duplicate actuations": (r["r2_qos1"].get("duplicates"), "<=", 0),
         "R2 publish->action p99 ms": (r["r2_qos1"].get("p99_ms"), "<=", 10.0),
         **_r3_targets(r.get("r3_broker")),
+        **_r3_agent_targets(r.get("r3_agent")),
         **_r4_targets(r.get("r4_faults")),
         "R5 crashes": (h["crashes"], "<=", 0),
         "R5 refusals without a field": (h["unnamed"], "<=", 0),
@@ -645,6 +652,17 @@ def _r3_targets(r3: dict[str, Any] | None) -> dict[str, tuple[float | None, str,
             "<=",
             0,
         ),
+    }
+
+
+def _r3_agent_targets(r: dict[str, Any] | None) -> dict[str, tuple[float | None, str, float]]:
+    if r is None:
+        return {}
+    return {
+        "R3 events lost through agent kills": (r["lost"], "<=", 0),
+        "R3 events actuated twice through agent kills": (r["doubled"], "<=", 0),
+        "R3 restarts not from the snapshot": (r["kills"] - r["restarted_from_snapshot"], "<=", 0),
+        "R3 kills without the will's offline": (0 if r["will_offline_every_kill"] else 1, "<=", 0),
     }
 
 
