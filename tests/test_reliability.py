@@ -183,8 +183,8 @@ def test_a_killed_agent_restarts_from_its_snapshot_and_loses_nothing(tiny_model_
     """R3, the agent's side: ``forethought run`` killed with SIGKILL twice under a 20 Hz QoS 1
     stream and started again. Checked to fail without acknowledging only decided events: with
     paho's automatic acknowledgement the same run lost 176 of 634 events (received, not yet
-    decided when the agent died); and with the old drop-the-oldest queue the restarted agent, meeting its backlog,
-    dropped 222 of 564 events."""
+    decided when the agent died); and with the old drop-the-oldest queue the restarted agent,
+    meeting its backlog, dropped 222 of 564 events."""
     out = asyncio.run(run_agent_kills(str(tiny_model_dir), kills=2, gap_s=(2.0, 4.0)))
     assert out["acked"] == out["events"] > 200
     assert out["lost"] == 0, out
