@@ -8,8 +8,8 @@ One event's walk, each step in one place::
     bus.publish()      the decision (or bus.reject() with why it was not decided)
 
 At most ``max_concurrent`` events are being decided at once. Past that the loop stops taking
-events from the bus, so the bus's bounded queue fills and drops its oldest: the queue is the
-back-pressure, and its drops are counted where they happen.
+events from the bus, so the bus's bounded queue fills: the queue is the back-pressure (an
+MQTT QoS 1 event then waits at the broker; others push out the oldest, counted where they go).
 """
 
 from __future__ import annotations

@@ -276,7 +276,10 @@ async def run_agent_kills(
     loop = asyncio.get_running_loop()
     with tempfile.TemporaryDirectory() as tmp, MosquittoBroker(persistent=True) as broker:
         spec, config = Path(tmp) / "spec.json", Path(tmp) / "agent.toml"
-        spec.write_bytes(orjson.dumps(FAULTS_SPEC))
+        # Heartbeats weigh like any event here: the planner writes their answer first, so the
+        # row measures delivery through kills, not how fast the model decides a backlog.
+        events = [{**e, "weight": 1.0} for e in FAULTS_SPEC["events"]]
+        spec.write_bytes(orjson.dumps({**FAULTS_SPEC, "events": events}))
         config.write_text(
             f'model = "{model}"\nsnapshot = "{Path(tmp) / "tree.json"}"\n'
             "snapshot_interval_s = 1.0\n"
