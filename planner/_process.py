@@ -258,7 +258,7 @@ class ProcessBackend:
             name="forethought-model",
             daemon=True,
         )
-        proc.start()
+        await asyncio.to_thread(proc.start)  # a spawn: fork, exec, send the preparation data
         child.close()
         self._conn, self._proc = parent, proc
         first = await asyncio.to_thread(self._recv)
@@ -283,8 +283,7 @@ class ProcessBackend:
     def _kill(self) -> None:
         """End a stuck or broken worker now (its reader thread sees EOF and returns)."""
         if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(timeout=5)
+            self._proc.kill()  # reaped by _replace, off the loop: a large process takes a while
 
     @property
     def worker_pid(self) -> int | None:
@@ -325,11 +324,25 @@ class ProcessBackend:
             self._latency.adopt(profile, steps)
 
     def _replace(self) -> None:
-        """Start a new worker in a task of its own (the dead one reaped first)."""
-        self._stop()
+        """Start a new worker in a task of its own, the old one reaped there first.
+
+        Nothing here waits on the loop: reaping a killed process that held a model, and
+        spawning the next, take tens of milliseconds, which a tree hit cannot spare.
+        """
+        old, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            conn.close()
         self.restarts += 1
         log.warning("model worker is gone: starting a new one (restart %d)", self.restarts)
-        self._starting = asyncio.ensure_future(self._start())
+        self._starting = asyncio.ensure_future(self._restart(old))
+
+    async def _restart(self, old: Any) -> None:
+        if old is not None:
+            if old.is_alive():
+                old.kill()
+            await asyncio.to_thread(old.join, 5)
+        await self._start()
 
     async def wait_ready(self) -> None:
         """Wait until a replacement worker (if one is starting) has loaded its model."""
