@@ -70,6 +70,7 @@ async def test_lifecycle_decide_state_and_snapshot(
         assert sorted(forethought_tasks()) == [
             "forethought[agent-test]",
             "forethought[agent-test].planner",
+            "forethought[agent-test].snapshot",  # a snapshot path: saved every interval too
         ]
         assert agent.planner is not None
         await asyncio.wait_for(agent.planner.wait_idle(), 60)

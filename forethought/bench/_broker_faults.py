@@ -39,10 +39,10 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from forethought.planner import ModelBackend, PlannerConfig
-from forethought.policies import AgentSpec, EventKey, PolicyNode
+from forethought.policies import AgentSpec
 
 from ._broker import MosquittoBroker
-from ._faults import FAULTS_SPEC
+from ._faults import FAULTS_SPEC, heartbeat_node
 
 __all__ = ["run_agent_kills", "run_broker_faults"]
 
@@ -149,19 +149,7 @@ async def run_broker_faults(
         cfg = AgentConfig.defaults(planner=PlannerConfig(enabled=False))
         agent = Agent(AgentSpec.from_data(FAULTS_SPEC), backend=backend, bus=bus, config=cfg)
         async with agent:
-            agent.tree.insert(
-                PolicyNode(
-                    fingerprint=agent.state.fingerprint_for("heartbeat"),
-                    key=EventKey("heartbeat", ()),
-                    action={"action": "slow", "speed": 0.5},
-                    compact='{"action":"slow","speed":0.5}',
-                    probability=1.0,
-                    model_id=backend.model_id,
-                    tokens=0,
-                    gen_seconds=0.0,
-                    created_at=asyncio.get_running_loop().time(),
-                )
-            )
+            agent.tree.insert(heartbeat_node(agent, backend.model_id))
             await bus.wait_connected(10)
             ready = asyncio.Event()
             gaps = [rng.uniform(*gap_s) for _ in range(kills + freezes)]

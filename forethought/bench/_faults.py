@@ -46,7 +46,7 @@ from forethought.policies import ActionSchema, AgentSpec, BackendError, EventKey
 
 from ._reliability import RELIABILITY_SPEC
 
-__all__ = ["FAULTS", "FAULTS_SPEC", "FaultyBackend", "run_model_faults"]
+__all__ = ["FAULTS", "FAULTS_SPEC", "FaultyBackend", "heartbeat_node", "run_model_faults"]
 
 INJECTED = ("exception", "grammar", "malformed", "truncated", "runaway")
 REAL = ("killed", "hang")
@@ -67,6 +67,21 @@ FAULTS_SPEC: dict[str, Any] = {
         {"type": "clear", "deadline_ms": 1000},
     ],
 }
+
+
+def heartbeat_node(agent: Any, model_id: str) -> PolicyNode:
+    """The tree's answer to a heartbeat (state-free): what makes heartbeats tree hits."""
+    return PolicyNode(
+        fingerprint=agent.state.fingerprint_for("heartbeat"),
+        key=EventKey("heartbeat", ()),
+        action={"action": "slow", "speed": 0.5},
+        compact='{"action":"slow","speed":0.5}',
+        probability=1.0,
+        model_id=model_id,
+        tokens=0,
+        gen_seconds=0.0,
+        created_at=asyncio.get_running_loop().time(),
+    )
 
 
 class FaultyBackend:
@@ -276,20 +291,7 @@ async def run_model_faults(model: str, each: int) -> dict[str, Any]:
     started = time.monotonic()
     async with Agent(spec, backend=faulty, config=cfg) as agent:
         assert agent.planner is not None
-        beat = EventKey("heartbeat", ())
-        agent.tree.insert(
-            PolicyNode(
-                fingerprint=agent.state.fingerprint_for("heartbeat"),
-                key=beat,
-                action={"action": "slow", "speed": 0.5},
-                compact='{"action":"slow","speed":0.5}',
-                probability=1.0,
-                model_id=faulty.model_id,
-                tokens=0,
-                gen_seconds=0.0,
-                created_at=asyncio.get_running_loop().time(),
-            )
-        )
+        agent.tree.insert(heartbeat_node(agent, faulty.model_id))
         stop = asyncio.Event()
         ticker = asyncio.create_task(_ticks(agent, stop, out), name="r4.ticks")
         try:
