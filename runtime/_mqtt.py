@@ -12,7 +12,10 @@ resubscribes, counting outages and timing each reconnection. Incoming events wai
 queue; when it is full, a QoS 0 event pushes out the oldest (a stale event is worth least;
 counted), and a QoS 1 event waits, unacknowledged, for room: the broker holds the backlog.
 
-Nothing accepted is lost to an outage, and nothing is actuated twice because of one:
+Nothing accepted is lost to an outage, and nothing is actuated twice because of one -- save
+where QoS 1 cannot tell: a decision whose PUBACK a dying or frozen broker never sent may have
+reached it, and goes out again on reconnection (every action carries its event id: actuators
+dedupe by it; the reliability bench counts these):
 
 * the session is persistent (``clean_start`` off, ``session_expiry_s``), so QoS 1 events that
   arrive while the agent is reconnecting wait for it at the broker;
@@ -62,7 +65,7 @@ def parse_mqtt_url(url: str) -> tuple[str, int]:
 
 def _paho(client: aiomqtt.Client) -> Any:
     """The paho client inside an aiomqtt one (aiomqtt 2 does not expose manual acks)."""
-    return client._client  # aiomqtt is pinned to 2.x; tests/test_mqtt.py exercises this
+    return client._client  # aiomqtt is pinned to 2.x; the R3 tests exercise the acks
 
 
 def payload_bytes(message: aiomqtt.Message) -> bytes:
