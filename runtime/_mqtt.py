@@ -377,7 +377,11 @@ class MqttBus:
                 await self._send(client, event, body, actuate=False)
             self._ack(event.id)
             return
+        # Claimed before the first await: a second copy of the event (a sensor re-sending what
+        # it thought lost) decided meanwhile must not be sent while this one is in flight.
+        self._remember_published(event.id)
         if client is None or self._outbox or not await self._send(client, event, body):
+            self._published.pop(event.id, None)
             self._hold(event, body)  # behind what already waits: decisions keep their order
             return
         self._ack(event.id)
@@ -399,10 +403,13 @@ class MqttBus:
             return False
         self.stats.published += 1
         self._heard_at = asyncio.get_running_loop().time()  # its PUBACK came
-        self._published[event.id] = None
+        self._remember_published(event.id)
+        return True
+
+    def _remember_published(self, event_id: str) -> None:
+        self._published[event_id] = None
         if len(self._published) > self._remember:
             self._published.popitem(last=False)
-        return True
 
     def _hold(self, event: Event, body: bytes) -> None:
         if len(self._outbox) >= self._outbox_size:

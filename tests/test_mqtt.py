@@ -17,7 +17,7 @@ from paho.mqtt.properties import Properties
 from forethought import Agent, AgentConfig, AgentSpec
 from forethought.bench import MosquittoBroker as Broker
 from forethought.planner import ScriptedBackend
-from forethought.runtime import MqttBus, payload_bytes
+from forethought.runtime import Arrival, Event, MqttBus, parse_payload, payload_bytes
 
 pytestmark = pytest.mark.broker
 
@@ -307,3 +307,22 @@ async def test_simulator_replays_through_the_broker(
     assert m["deadline_hit_rate"] == 1.0
     assert m["out_of_space"] == 1
     assert all(r.latency_ms < 2000 for r in run.records)
+
+
+async def test_two_copies_of_an_event_in_flight_are_actuated_once(
+    broker: Broker, agent_id: str
+) -> None:
+    # A sensor that re-sends an event it thought lost: both copies decided while the first
+    # decision is still waiting for its PUBACK. (The bench counted one such double in a run
+    # with broker crashes before the id was claimed ahead of the send.)
+    async with running(broker, agent_id) as (agent, bus, listener, _client):
+        await listener.wait("status")
+        copy = agent.arrive(
+            Event.from_payload(parse_payload(event(7), max_bytes=65_536), arrival=Arrival.now())
+        )
+        decision = await agent.decide(copy)
+        await asyncio.gather(bus.publish(copy, decision), bus.publish(copy, decision))
+        await listener.wait("actions", 1)
+        await asyncio.sleep(0.3)  # time for a second action to show up
+        assert [a["body"]["id"] for a in listener.got["actions"]] == ["e7"]
+        assert bus.stats.repeats_suppressed == 1
