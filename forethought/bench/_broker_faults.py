@@ -42,7 +42,7 @@ from forethought.planner import ModelBackend, PlannerConfig
 from forethought.policies import AgentSpec
 
 from ._broker import MosquittoBroker
-from ._faults import FAULTS_SPEC, heartbeat_node
+from ._faults import FAULTS_SPEC, heartbeat_node, until
 
 __all__ = ["run_agent_kills", "run_broker_faults"]
 
@@ -101,18 +101,6 @@ async def _retained_status(port: int, agent: str) -> Any:
     return orjson.loads(m.payload if isinstance(m.payload, bytes) else b"null")
 
 
-async def _until(cond: Any, within: float) -> float | None:
-    """Seconds until ``cond()`` holds (polled every 5 ms), or None."""
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(within):
-            while not cond():  # noqa: ASYNC110 - the bus's state has no event for "lost"
-                await asyncio.sleep(0.005)
-            return loop.time() - t0
-    return None
-
-
 async def run_broker_faults(
     backend: ModelBackend,
     *,
@@ -167,9 +155,9 @@ async def run_broker_faults(
                         await asyncio.to_thread(broker.start)
                     else:
                         broker.freeze()
-                        detections.append(await _until(lambda: not bus.connected, 6 * keepalive))
+                        detections.append(await until(lambda: not bus.connected, 6 * keepalive))
                         broker.thaw()
-                    if await _until(lambda: bus.connected, 30.0) is not None:
+                    if await until(lambda: bus.connected, 30.0) is not None:
                         await asyncio.sleep(0.2)  # its online status is published on connect
                         with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
                             status_checks += 1
@@ -178,7 +166,7 @@ async def run_broker_faults(
                             ) is True
                 await sensor
                 t_end = time.monotonic()
-                await _until(lambda: len(copies) >= len(acked), 30.0)
+                await until(lambda: len(copies) >= len(acked), 30.0)
                 act.cancel()
             stats = bus.stats
         final = await _retained_status(broker.port, agent_id)
@@ -292,7 +280,7 @@ async def run_agent_kills(
             await ready.wait()
             proc = start()
             t0 = loop.time()
-            await _until(lambda: online_since(t0), 120.0)
+            await until(lambda: online_since(t0), 120.0)
             gaps = [rng.uniform(*gap_s) for _ in range(kills)]
             n = int(hz * (sum(gaps) + 10.0 * kills + 5.0))
             sensor = tg.create_task(_sensor(broker.port, agent_id, n, hz, acked), name="s")
@@ -301,19 +289,19 @@ async def run_agent_kills(
                 killed_at = loop.time()  # before: the will may come while we reap it
                 proc.kill()
                 await asyncio.to_thread(proc.wait)
-                will = await _until(
+                will = await until(
                     lambda at=killed_at: any(
                         t >= at and s == {"online": False} for t, s in statuses
                     ),
                     10.0,
                 )
                 proc = start()
-                back = await _until(lambda at=killed_at: online_since(at), 120.0)
+                back = await until(lambda at=killed_at: online_since(at), 120.0)
 
                 def report(at: float = killed_at) -> Any:
                     return next((s for t, s in statuses if t >= at and "tree" in (s or {})), None)
 
-                await _until(lambda: report() is not None, 10.0)
+                await until(lambda: report() is not None, 10.0)
                 first = report()
                 rows.append(
                     {
@@ -323,7 +311,7 @@ async def run_agent_kills(
                     }
                 )
             await sensor
-            await _until(lambda: set(copies) >= {f"m{i}" for i in acked}, 60.0)
+            await until(lambda: set(copies) >= {f"m{i}" for i in acked}, 60.0)
             proc.terminate()
             await asyncio.to_thread(proc.wait)
             last = statuses[-2][1] if len(statuses) > 1 else None  # before its "offline"

@@ -46,7 +46,7 @@ from forethought.policies import ActionSchema, AgentSpec, BackendError, EventKey
 
 from ._reliability import RELIABILITY_SPEC
 
-__all__ = ["FAULTS", "FAULTS_SPEC", "FaultyBackend", "heartbeat_node", "run_model_faults"]
+__all__ = ["FAULTS", "FAULTS_SPEC", "FaultyBackend", "heartbeat_node", "run_model_faults", "until"]
 
 INJECTED = ("exception", "grammar", "malformed", "truncated", "runaway")
 REAL = ("killed", "hang")
@@ -207,14 +207,19 @@ async def _ticks(agent: Any, stop: asyncio.Event, out: dict[str, Any]) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _wait_for(cond: Any, timeout: float) -> bool:  # noqa: ASYNC109
+async def until(cond: Any, within: float) -> float | None:
+    """Seconds until ``cond()`` holds, or None after ``within`` seconds.
+
+    Polled every 5 ms: planner health and a bus's connection have no event to wait on.
+    """
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            # Polled: planner health has no event to wait on, and 5 ms is fine grain here.
+        async with asyncio.timeout(within):
             while not cond():  # noqa: ASYNC110
                 await asyncio.sleep(0.005)
-            return True
-    return False
+            return loop.time() - t0
+    return None
 
 
 async def _one_fault(
@@ -225,7 +230,7 @@ async def _one_fault(
     loop = asyncio.get_running_loop()
     failures = planner.health.failures
     agent.update_state({"shift": cycle})  # fresh work: a new state's branches to write
-    if not await _wait_for(faulty.in_call.is_set, 15.0):
+    if await until(faulty.in_call.is_set, 15.0) is None:
         return {"kind": kind, "error": "the planner never started a call"}
     row: dict[str, Any] = {"kind": kind}
     t0 = loop.time()
@@ -251,8 +256,8 @@ async def _one_fault(
         row["live_met"] = d.met  # by the executor's end: the deadline less the margin
         margin_s = agent.config.executor.margin_ms / 1e3
         row["live_before_deadline"] = d.latency_s <= d.budget_s + margin_s
-    failed = await _wait_for(lambda: planner.health.failures > failures, 30.0)
-    healthy = failed and await _wait_for(lambda: planner.health.status == "ok", 60.0)
+    failed = await until(lambda: planner.health.failures > failures, 30.0) is not None
+    healthy = failed and await until(lambda: planner.health.status == "ok", 60.0) is not None
     row["detected"] = failed
     row["healthy"] = healthy
     row["time_to_healthy_s"] = loop.time() - t0 if healthy else None
