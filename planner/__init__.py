@@ -10,6 +10,7 @@ from ._backend import (
 )
 from ._calibration import Calibration, calibration, markov_bound
 from ._clock import Clock, LoopClock, MonotonicClock, Pass, PassKind
+from ._cover import BorrowAgreement, cover
 from ._decode_run import DecodeResult, RowResult, ScoreResult
 from ._decoding import Decoder
 from ._drift import StateDrift
@@ -18,7 +19,7 @@ from ._gate import ModelGate
 from ._grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
 from ._health import HealthStatus, PlannerHealth
 from ._latency import LatencyModel, LatencyPredictor, LatencyProfile, Prediction
-from ._lookahead import Expected, look_ahead
+from ._lookahead import Expected, Pace, look_ahead
 from ._model_source import (
     DEFAULT_MODEL,
     LoadedModel,
@@ -37,6 +38,7 @@ from ._transformers import TransformersBackend
 
 __all__ = [
     "DEFAULT_MODEL",
+    "BorrowAgreement",
     "Branch",
     "Calibration",
     "CancelSignal",
@@ -61,6 +63,7 @@ __all__ = [
     "ModelGate",
     "ModelSource",
     "MonotonicClock",
+    "Pace",
     "Pass",
     "PassKind",
     "Planner",
@@ -83,6 +86,7 @@ __all__ = [
     "XGrammarEngine",
     "cache_root",
     "calibration",
+    "cover",
     "describe_format",
     "is_server_url",
     "load_model",

@@ -2,8 +2,11 @@
 
 The planner's question is not "what comes next in this state" but "which (state, event)
 answers will be asked for before the planner could write them in time". In the current state
-that is every event within the horizon; in a state it has not reached yet, only the first few
-events after entering it (``catch_up``): once there, the planner writes the rest itself.
+that is every event within the horizon. In a state it has not reached yet, only the events
+that arrive there before the planner, once there, has written their branch (:class:`Pace`):
+with events seconds apart and a batch written in one, the first event after a state change
+finds most of its likely keys written anyway, and only the chance it beats the batch that
+writes its key is worth planning ahead.
 Starting from the current state, a distribution over states is pushed forward one event at a
 time:
 
@@ -30,7 +33,7 @@ from forethought.policies import EventKey, EventSpace, WorldState
 from ._drift import StateDrift
 from ._forecaster import Forecaster
 
-__all__ = ["Expected", "look_ahead"]
+__all__ = ["Expected", "Pace", "look_ahead"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,42 @@ class Expected:
     def p_used(self) -> float:
         """Probability it answers at least one event within the horizon."""
         return 1.0 - math.exp(-self.uses)
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How fast the planner writes next to how fast events come."""
+
+    gap_s: float
+    """The mean time between events (arrivals taken as a Poisson stream)."""
+    batch: int
+    """Branches written per batch."""
+    batch_s: float
+    """Seconds per batch."""
+
+    def late(self, p: np.ndarray, horizon: int) -> np.ndarray:
+        """Per age and key: the chance the event arrives before its branch is written.
+
+        ``[age, key]``: the chance the ``age + 1``-th event after entering a state arrives
+        before the planner there has written ``key``'s branch.
+
+        Keys are taken as written most likely first, a batch at a time, each batch's answers
+        landing when it ends. Rows stop where no key is late with chance 1e-3 or more.
+        """
+        rank = np.empty(len(p), dtype=np.intp)
+        rank[np.argsort(-p, kind="stable")] = np.arange(len(p))
+        lam = (rank // self.batch + 1) * self.batch_s / self.gap_s
+        rows: list[np.ndarray] = []
+        pmf = np.exp(-lam)  # P(exactly i events by then), i = 0
+        below = pmf.copy()  # P(at most i events by then)
+        for _ in range(horizon):
+            late = 1.0 - below  # P(at least age + 1 events by then)
+            if float(late.max()) < 1e-3:
+                break
+            rows.append(np.clip(late, 0.0, 1.0))
+            pmf = pmf * lam / len(rows)
+            below = below + pmf
+        return np.asarray(rows).reshape(len(rows), len(p))
 
 
 class _Moves:
@@ -106,10 +145,13 @@ class _Walk:
         space: EventSpace,
         drift: StateDrift | None,
         home: str,
-        catch_up: int,
+        pace: Pace | None,
+        horizon: int,
     ) -> None:
         self.home = home
-        self.catch_up = catch_up
+        self.pace = pace
+        self.horizon = horizon
+        self.lates: dict[str, np.ndarray] = {}
         self.forecaster = forecaster
         self.moves = _Moves(space, forecaster.keys)
         self.drift = drift
@@ -126,14 +168,27 @@ class _Walk:
             self.dists[s.fingerprint] = p
         return p
 
+    def late(self, s: WorldState) -> np.ndarray | None:
+        """Per age since entering ``s``, per key: the share of its events that count (None: all)."""
+        if self.pace is None:
+            return None
+        late = self.lates.get(s.fingerprint)
+        if late is None:
+            p = self.forecaster.distribution(s.fingerprint, use_previous=False)
+            late = self.lates[s.fingerprint] = self.pace.late(p, self.horizon)
+        return late
+
     def step(self, states: _States, first: bool) -> _States:
         nxt: _States = {}
         for (ident, age), (s, m) in states.items():
             p = self.dist(s, first)
-            # Another state's events count only until the planner, there, catches up.
-            if ident == self.home or age < self.catch_up:
+            # Another state's events count only as far as they beat the planner, there.
+            late = None if ident == self.home else self.late(s)
+            cap = 0 if late is None else len(late)  # ages matter only where events are late
+            if late is None or age < cap:
+                add = m * p if late is None else m * p * late[age]
                 seen = self.acc.get(ident)
-                self.acc[ident] = (s, m * p + (seen[1] if seen is not None else 0.0))
+                self.acc[ident] = (s, add + (seen[1] if seen is not None else 0.0))
             stay = m
             for after, idx in self.moves.groups(s):
                 moved = m * float(p[idx].sum())
@@ -147,7 +202,7 @@ class _Walk:
                 for after, q in options:
                     _add(nxt, after, base * q, 0)
                     stay -= base * q
-            _add(nxt, s, max(stay, 0.0), min(age + 1, self.catch_up))
+            _add(nxt, s, max(stay, 0.0), min(age + 1, cap))
         return nxt
 
     def branches(self, min_uses: float) -> list[Expected]:
@@ -179,17 +234,17 @@ def look_ahead(
     space: EventSpace,
     drift: StateDrift | None,
     horizon: int,
-    catch_up: int | None = None,
+    pace: Pace | None = None,
     min_mass: float = 1e-3,
     min_uses: float = 1e-4,
 ) -> list[Expected]:
     """Every branch expected to be needed within ``horizon`` events, most needed first.
 
-    ``catch_up``: in a state other than ``start``, only the first this many events after
-    entering it count -- later ones the planner can write once it is there (None: all).
+    ``pace``: in a state other than ``start``, an event counts only with the chance it
+    arrives before the planner, once there, has written its branch (None: every event).
     """
     home = start.to_json()
-    walk = _Walk(forecaster, space, drift, home, horizon if catch_up is None else catch_up)
+    walk = _Walk(forecaster, space, drift, home, pace, horizon)
     states: _States = {(home, 0): (start, 1.0)}
     for step in range(horizon):
         nxt = walk.step(states, first=step == 0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -33,11 +34,12 @@ from forethought.policies import (
 )
 
 from ._backend import GenerationStatus, ModelBackend
+from ._cover import BorrowAgreement, cover
 from ._drift import StateDrift
 from ._forecaster import Forecaster
 from ._gate import ModelGate
 from ._health import PlannerHealth
-from ._lookahead import look_ahead
+from ._lookahead import Expected, Pace, look_ahead
 from ._prompt import state_context
 
 __all__ = ["Branch", "Planner", "PlannerConfig", "PlannerStats"]
@@ -206,6 +208,7 @@ class Planner:
             sum(len(schema.compact(c)) for c in self._candidates) // 3 if self._candidates else 0
         )
         self._drift = StateDrift(state.abstraction) if self._config.drift else None
+        self._agreement = BorrowAgreement()
         self._cover_top = cover_top
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -331,18 +334,21 @@ class Planner:
         """How the next branches are written (``auto`` resolved by :meth:`seconds_per_branch`)."""
         return self._writing()[0]
 
-    def catch_up_events(self) -> int | None:
-        """Events that arrive after a state change before the planner has written a batch there.
+    def pace(self) -> Pace | None:
+        """How fast branches are written next to how fast events come (None: rate unknown).
 
-        None while the event rate is unknown: then it plans ahead fully.
+        The look-ahead uses it to count, in a state not reached yet, only the events that
+        would arrive before the planner, once there, has written their branches.
         """
-        return self._catch_up(self._writing()[1])
+        way, seconds = self._writing()
+        return self._pace(way, seconds)
 
-    def _catch_up(self, seconds_per_branch: float) -> int | None:
-        gap = self._mean_gap_s
+    def _pace(self, way: str, seconds_per_branch: float) -> Pace | None:
+        gap = self._mean_gap_s if self._mean_gap_s is not None else self._config.prior_gap_s
         if gap is None or gap <= 0:
-            return None
-        return 1 + int(seconds_per_branch * self._batch_size() / gap)
+            return None  # plan ahead fully until the rate is known
+        batch = 1 if way == "score" else self._batch_size()  # scoring: one event a pass
+        return Pace(gap_s=gap, batch=batch, batch_s=seconds_per_branch * batch)
 
     def branch_cost(self) -> float:
         """A branch's cost: the live-tier work it displaces, in events.
@@ -381,44 +387,56 @@ class Planner:
         cfg = self._config
         urgency = self._urgencies()
         # The model-time figures once per ranking: this runs on the loop after every event.
-        seconds = self._writing()[1]
+        way, seconds = self._writing()
         floor = max(cfg.min_value, self._cost(urgency, seconds))
-        out: list[Branch] = []
+        found: dict[tuple[str, EventKey], Expected] = {}
+        need: dict[tuple[str, EventKey], float] = {}
         for e in look_ahead(
             self._state,
             forecaster=self._forecaster,
             space=self._space,
             drift=self._drift,
             horizon=cfg.horizon,
-            catch_up=self._catch_up(seconds),
+            pace=self._pace(way, seconds),
         ):
-            value = e.p_used * urgency[e.key.type]
-            if value < floor:
-                if value >= cfg.min_value:
-                    self.stats.below_cost += 1
-                continue
-            if self._answered(e.state, e.fingerprint, e.key):
+            left = self._unanswered(e.state, e.fingerprint, e.key)
+            if left == 0.0:
                 continue
             retry = self._retry_at.get((e.fingerprint, e.key))
             if retry is not None and retry[0] > now:
                 continue
-            out.append(Branch(e.state, e.key, e.p_used, value, e.next_fingerprint))
+            found[e.fingerprint, e.key] = e
+            need[e.fingerprint, e.key] = e.uses * left
+        out: list[Branch] = []
+        for ident, uses in cover(need, self._space, self._agreement):
+            e = found[ident]
+            p_used = 1.0 - math.exp(-uses)
+            value = p_used * urgency[e.key.type]
+            if value < floor:
+                if value >= cfg.min_value:
+                    self.stats.below_cost += 1
+                continue
+            out.append(Branch(e.state, e.key, p_used, value, e.next_fingerprint))
         out.sort(key=lambda b: -b.value)
         return out
 
-    def _answered(self, state: WorldState, fp: str, key: EventKey) -> bool:
-        """Whether the executor would find an answer (the executor's own order).
+    def _unanswered(self, state: WorldState, fp: str, key: EventKey) -> float:
+        """The share of the branch's events the executor would not answer as the model would.
 
-        Exact, a grid neighbour of the key within its tolerance, or the key in a nearby state.
+        0 when the tree holds it (or a nearby state does: the executor borrows that without
+        asking). A grid neighbour within tolerance answers too, but only as often as
+        neighbouring answers agree (:class:`BorrowAgreement`): the rest is still open.
         """
         tree = self._tree
         if tree.lookup(fp, key) is not None:
-            return True
-        if any(tree.lookup(fp, near) is not None for near, _ in self._space.neighbours(key)):
-            return True  # the executor borrows a neighbouring grid key within tolerance
-        return self._near_states and any(
+            return 0.0
+        if self._near_states and any(
             tree.lookup(near, key) is not None for near, _ in state.near(key.type)
-        )
+        ):
+            return 0.0
+        if any(tree.lookup(fp, near) is not None for near, _ in self._space.neighbours(key)):
+            return 1.0 - self._agreement.rate(key.type)
+        return 1.0
 
     def _next_batch(self) -> list[Branch]:
         ranked = self.candidates()
@@ -553,12 +571,13 @@ class Planner:
         self, branch: Branch, action: BaseModel, compact: str, tokens: int, seconds: float
     ) -> bool:
         """Put a written branch in the tree; False when the validator of record refuses it."""
+        readable = self._schema.readable(action)
         try:
             self._tree.insert(
                 PolicyNode(
                     fingerprint=branch.fingerprint,
                     key=branch.key,
-                    action=self._schema.readable(action),
+                    action=readable,
                     compact=compact,
                     probability=branch.probability,
                     model_id=self._backend.model_id,
@@ -573,6 +592,7 @@ class Planner:
             self._backoff(branch)
             log.warning("planner output refused: %s", exc)
             return False
+        self._agreement.observe(self._tree, self._space, branch.fingerprint, branch.key, readable)
         self._retry_at.pop((branch.fingerprint, branch.key), None)
         self.stats.branches += 1
         self.stats.tokens += tokens

@@ -16,6 +16,7 @@ import pytest
 from forethought.planner import (
     Forecaster,
     ModelGate,
+    Pace,
     Planner,
     PlannerConfig,
     ScriptedBackend,
@@ -518,7 +519,7 @@ async def test_auto_picks_the_cheaper_way_per_device() -> None:
         )
 
 
-def test_look_ahead_counts_only_the_first_events_of_a_state_not_yet_reached() -> None:
+def test_look_ahead_counts_a_later_states_events_only_as_far_as_they_beat_the_planner() -> None:
     events = [
         {"type": "block", "deadline_ms": 100, "weight": 1, "effects": {"zone": "blocked"}},
         {"type": "ping", "params": {"n": [1, 2]}, "deadline_ms": 100, "weight": 3},
@@ -528,19 +529,32 @@ def test_look_ahead_counts_only_the_first_events_of_a_state_not_yet_reached() ->
     start = WorldState({"zone": "aisle"})
     blocked = start.patched({"zone": "blocked"}).fingerprint
 
-    def uses(catch_up: int | None) -> float:
-        found = look_ahead(
-            start, forecaster=f, space=space, drift=None, horizon=12, catch_up=catch_up
-        )
-        return sum(e.uses for e in found if e.fingerprint == blocked)
+    def uses(pace: Pace | None, where: str = blocked) -> float:
+        found = look_ahead(start, forecaster=f, space=space, drift=None, horizon=12, pace=pace)
+        return sum(e.uses for e in found if e.fingerprint == where)
 
-    full, first = uses(None), uses(1)
-    assert 0 < first < full
-    # entering "blocked" happens with mass 1/4 per event; one event there then counts
-    assert first == pytest.approx(sum((3 / 4) ** t * (1 / 4) for t in range(11)), rel=1e-2)
+    full = uses(None)
+    slow = uses(Pace(gap_s=1.0, batch=8, batch_s=30.0))  # events far outpace the planner
+    fast = uses(Pace(gap_s=1.0, batch=8, batch_s=0.2))
+    instant = uses(Pace(gap_s=1.0, batch=8, batch_s=1e-4))
+    assert 0 == instant < fast < slow <= full
+    assert slow == pytest.approx(full, rel=1e-2)
+    # one batch of every key 0.2 gaps after entering: the first event beats it with
+    # 1 - e^-0.2, the second with 1 - e^-0.2 (1 + 0.2); entering has mass 1/4 per event
+    lam = 0.2
+    late = (
+        (1 - math.exp(-lam))
+        + (1 - math.exp(-lam) * (1 + lam))
+        + (1 - math.exp(-lam) * (1 + lam + lam**2 / 2))
+    )
+    entered = sum((3 / 4) ** t * (1 / 4) for t in range(11))
+    assert fast == pytest.approx(entered * late, rel=0.05)
+    # the current state's events all count, however fast the planner
+    home = start.fingerprint
+    assert uses(Pace(gap_s=1.0, batch=8, batch_s=1e-4), home) == pytest.approx(uses(None, home))
 
 
-async def test_planner_skips_a_key_whose_grid_neighbour_answers_it() -> None:
+async def test_planner_leaves_to_a_grid_neighbour_the_share_it_answers_as_the_model_would() -> None:
     events = [
         {
             "type": "gap",
@@ -566,5 +580,9 @@ async def test_planner_skips_a_key_whose_grid_neighbour_answers_it() -> None:
         tree.insert(
             PolicyNode(fp, EventKey("gap", (("m", 1),)), {"action": "stop"}, "", 1, "m", 1, 0, 0)
         )
-        # m=0 and m=2 borrow m=1 (tolerance 1): only m=3 is left to write
-        assert [b.key for b in planner.candidates()] == [EventKey("gap", (("m", 3),))]
+        # m=0 and m=2 may borrow m=1 (tolerance 1): with no pair seen yet, half their need
+        # is met (agreement 0.5), so m=3, whose need is whole, comes first
+        ranked = planner.candidates()
+        assert ranked[0].key == EventKey("gap", (("m", 3),))
+        values = {b.key: b.value for b in ranked}
+        assert values[EventKey("gap", (("m", 0),))] < values[EventKey("gap", (("m", 3),))]
