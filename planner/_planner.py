@@ -2,8 +2,10 @@
 
 One background task (owned by the agent's TaskGroup). Each round it ranks uncovered branches by
 value -- the chance the branch is needed within the next ``horizon`` events (:func:`look_ahead`:
-the forecaster, effects and learned state drift) x urgency, where urgency is high for events
-whose deadline is shorter than what the live tiers can do (per the latency model) -- drops those
+the forecaster, effects and learned state drift; a branch also counts for the grid neighbours
+it answers as far as the model agrees with itself across the step, :func:`cover`) x urgency,
+where urgency is high for events whose deadline is shorter than what the live tiers can do
+(per the latency model) -- drops those
 whose value does not cover their cost (the events expected to arrive while the model writes
 them), takes the best batch that shares one state, and generates it in one prefix-sharing batch.
 When nothing valuable is left it waits on an event (no polling, no CPU) until a state change, an
@@ -77,8 +79,9 @@ class PlannerConfig(BaseModel):
     event; only for enumerable action spaces), or ``auto``: whichever the latency model
     predicts is cheaper per branch for this schema and device."""
     prior_gap_s: float | None = Field(default=None, gt=0)
-    """The event gap assumed for the cost rule until two events have been seen (None: no cost
-    until then, so a fresh agent plans everything above ``min_value``)."""
+    """The event gap assumed until two events have been seen, by the cost rule and the pace of
+    the look-ahead (None: no cost and no pace until then, so a fresh agent plans everything
+    above ``min_value``, in every state it may reach)."""
     relaxed_urgency: float = Field(default=0.3, ge=0, le=1)
     """Urgency of an event the live tiers could still answer in time."""
     margin_s: float = Field(default=0.02, ge=0)
