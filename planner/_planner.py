@@ -239,6 +239,11 @@ class Planner:
         return self._state
 
     @property
+    def agreement(self) -> BorrowAgreement:
+        """How often neighbouring branches it wrote agree, per event type (read only)."""
+        return self._agreement
+
+    @property
     def mean_gap_s(self) -> float | None:
         """The mean time between observed events (None before two have been seen)."""
         return self._mean_gap_s

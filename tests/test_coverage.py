@@ -586,3 +586,46 @@ async def test_planner_leaves_to_a_grid_neighbour_the_share_it_answers_as_the_mo
         assert ranked[0].key == EventKey("gap", (("m", 3),))
         values = {b.key: b.value for b in ranked}
         assert values[EventKey("gap", (("m", 0),))] < values[EventKey("gap", (("m", 3),))]
+
+
+@pytest.mark.parametrize("agree", [True, False])
+async def test_planner_learns_whether_neighbours_agree_and_writes_accordingly(
+    agree: bool,
+) -> None:
+    events = [
+        {
+            "type": "gap",
+            "params": {"m": {"min": 0, "max": 6, "step": 1}},
+            "tolerance": {"m": 1},
+            "deadline_ms": 100,
+        }
+    ]
+    space = EventSpace.from_specs(events)
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+
+    def action(text: str) -> dict[str, Any]:
+        if agree:
+            return {"action": "stop"}
+        return {"action": "stop" if int(text.rsplit("=", 1)[1]) % 2 else "go"}
+
+    tree = PolicyTree()
+    async with ScriptedBackend(action=action) as backend:
+        planner = make_planner(
+            backend,
+            space,
+            schema,
+            tree=tree,
+            description="d",
+            config=PlannerConfig(horizon=4, batch_size=2, min_value=0.2, cost_weight=0.0),
+            live_tiers=False,
+        )
+        await plan_until_idle(planner)
+    pairs = planner.agreement.pairs("gap")
+    assert pairs > 0
+    written = len(list(tree.nodes()))
+    if agree:
+        assert planner.agreement.rate("gap") > 0.5
+        assert written < 7  # neighbours answer the rest as the model would
+    else:
+        assert planner.agreement.rate("gap") < 0.5
+        assert written == 7  # every key written: a neighbour's answer would not be the model's
