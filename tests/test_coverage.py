@@ -554,16 +554,22 @@ def test_look_ahead_counts_a_later_states_events_only_as_far_as_they_beat_the_pl
     assert uses(Pace(gap_s=1.0, batch=8, batch_s=1e-4), home) == pytest.approx(uses(None, home))
 
 
+def gap_space(top: int) -> EventSpace:
+    """One event type, ``gap``, on a grid m = 0..top with a tolerance of one step."""
+    return EventSpace.from_specs(
+        [
+            {
+                "type": "gap",
+                "params": {"m": {"min": 0, "max": top, "step": 1}},
+                "tolerance": {"m": 1},
+                "deadline_ms": 100,
+            }
+        ]
+    )
+
+
 async def test_planner_leaves_to_a_grid_neighbour_the_share_it_answers_as_the_model_would() -> None:
-    events = [
-        {
-            "type": "gap",
-            "params": {"m": {"min": 0, "max": 3, "step": 1}},
-            "tolerance": {"m": 1},
-            "deadline_ms": 100,
-        }
-    ]
-    space = EventSpace.from_specs(events)
+    space = gap_space(3)
     schema = ActionSchema.from_json_schema(spec_data()["action"])
     tree = PolicyTree()
     async with ScriptedBackend() as backend:
@@ -592,15 +598,7 @@ async def test_planner_leaves_to_a_grid_neighbour_the_share_it_answers_as_the_mo
 async def test_planner_learns_whether_neighbours_agree_and_writes_accordingly(
     agree: bool,
 ) -> None:
-    events = [
-        {
-            "type": "gap",
-            "params": {"m": {"min": 0, "max": 6, "step": 1}},
-            "tolerance": {"m": 1},
-            "deadline_ms": 100,
-        }
-    ]
-    space = EventSpace.from_specs(events)
+    space = gap_space(6)
     schema = ActionSchema.from_json_schema(spec_data()["action"])
 
     def action(text: str) -> dict[str, Any]:
