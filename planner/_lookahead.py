@@ -174,8 +174,8 @@ class _Walk:
             return None
         late = self.lates.get(s.fingerprint)
         if late is None:
-            p = self.forecaster.distribution(s.fingerprint, use_previous=False)
-            late = self.lates[s.fingerprint] = self.pace.late(p, self.horizon)
+            late = self.pace.late(self.dist(s, first=False), self.horizon)
+            self.lates[s.fingerprint] = late
         return late
 
     def step(self, states: _States, first: bool) -> _States:
