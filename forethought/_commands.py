@@ -89,6 +89,7 @@ def _bus(
         keepalive=settings.keepalive,
         session_expiry_s=settings.session_expiry_s,
         outbox_size=settings.outbox_size,
+        actions_qos=settings.actions_qos,
         security=settings.security(),
     )
     return mqtt_bus, f"{url}; events on {mqtt_bus.events_filter}", ident

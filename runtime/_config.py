@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import (
@@ -50,7 +50,10 @@ class MqttConfig(BaseModel):
     """How long the broker keeps our session (subscription, queued QoS 1 events) after a
     lost connection (0: a clean session on every connection)."""
     outbox_size: int = Field(default=1024, ge=1)
-    """The most decisions held for publishing when the connection is back."""
+    """The most decisions waiting for the broker's handshake (held through an outage)."""
+    actions_qos: Literal[1, 2] = 2
+    """QoS of the actions topic: 2 delivers each decision once through broker crashes; 1 for
+    brokers without QoS 2 (a crash can then deliver one twice: dedupe by the action's id)."""
     username: str | None = None
     password: SecretStr | None = None
     password_file: Path | None = None

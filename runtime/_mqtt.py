@@ -1,7 +1,7 @@
 """MqttBus: events from an MQTT broker, decisions back to it (aiomqtt 2.x, MQTT 5).
 
 Topics under ``forethought/<agent_id>/``: events arrive on ``events/#`` (configurable), each
-decision goes to ``actions`` at QoS 1 (and to the event's MQTT 5 response topic with its
+decision goes to ``actions`` at QoS 2 (and to the event's MQTT 5 response topic with its
 correlation data, when it carries one), malformed payloads are reported on ``errors``, and a
 retained ``status`` says ``{"online": true}`` on connecting, then carries the agent's
 :class:`HealthReport` (refreshed every ``health.interval_s``); the will publishes
@@ -12,20 +12,23 @@ resubscribes, counting outages and timing each reconnection. Incoming events wai
 queue; when it is full, a QoS 0 event pushes out the oldest (a stale event is worth least;
 counted), and a QoS 1 event waits, unacknowledged, for room: the broker holds the backlog.
 
-Nothing accepted is lost to an outage, and nothing is actuated twice because of one -- save
-where QoS 1 cannot tell: a decision whose PUBACK a dying or frozen broker never sent may have
-reached it, and goes out again on reconnection (every action carries its event id: actuators
-dedupe by it; the reliability bench counts these):
+Nothing accepted is lost to an outage, and nothing is actuated twice because of one:
 
 * the session is persistent (``clean_start`` off, ``session_expiry_s``), so QoS 1 events that
   arrive while the agent is reconnecting wait for it at the broker;
-* a decision that cannot be published (no connection, or no PUBACK) waits in a bounded outbox
-  and goes out, in order, as soon as the connection is back;
+* decisions go out at QoS 2 (``actions_qos``) through one MQTT client kept for the bus's whole
+  life, whose session outlives each connection: a decision handed to it while the connection
+  is down, or whose handshake an outage cut, is sent again on the next connection by the
+  session itself -- the same packet id, flagged as a duplicate, or only its PUBREL if the
+  broker had already received it -- so the broker delivers it once. (With QoS 1, which some
+  brokers are limited to, a decision whose PUBACK a dying broker never sent may go out twice;
+  every action carries its event id, so an actuator can dedupe by it);
 * a redelivered event (the same id) is decided once -- the executor remembers ids -- and its
-  decision is not published again: the ids whose decisions went out are remembered too;
+  decision is not handed to the session again: the ids whose decisions are out, or on their
+  way, are remembered too;
 * an event is acknowledged to the broker (QoS 1 PUBACK) only once its outcome is out -- its
-  decision published, or its refusal reported -- so an agent killed before that gets it again
-  from the broker when it comes back.
+  decision completed its handshake, or its refusal reported -- so an agent killed before that
+  gets it again from the broker when it comes back.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any, Self
 
 import aiomqtt
 import orjson
+from paho.mqtt.client import MQTT_ERR_NO_CONN, MQTT_ERR_SUCCESS
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -64,14 +68,37 @@ def parse_mqtt_url(url: str) -> tuple[str, int]:
 
 
 def _paho(client: aiomqtt.Client) -> Any:
-    """The paho client inside an aiomqtt one (aiomqtt 2 does not expose manual acks)."""
-    return client._client  # aiomqtt is pinned to 2.x; the R3 tests exercise the acks
+    """The paho client inside an aiomqtt one.
+
+    aiomqtt 2 exposes neither manual acks nor the packet id of a publish, which the session's
+    completions are matched by.
+    """
+    return client._client  # aiomqtt is pinned to 2.x; the R3 tests exercise both
+
+
+def _drain(client: aiomqtt.Client) -> int:
+    """Drop messages a dead connection left in the client's queue; how many.
+
+    Their acknowledgements would name packet ids of that connection, so they must not be
+    handled on the next: unacknowledged, the broker sends QoS 1 ones again.
+    """
+    queue = client._queue  # the same pin as _paho
+    dropped = 0
+    while not queue.empty():
+        queue.get_nowait()
+        dropped += 1
+    return dropped
 
 
 def payload_bytes(message: aiomqtt.Message) -> bytes:
     """A message's payload as bytes (aiomqtt types it as bytes, str, numbers or None)."""
     raw = message.payload
     return raw if isinstance(raw, bytes) else str(raw).encode()
+
+
+# PUBCOMP's "packet identifier not found": the broker lost the state of a handshake its own
+# crash cut (a PUBREL sent again). The decision was received once, before: it is not repeated.
+_HANDSHAKE_FORGOTTEN = 0x92
 
 
 @dataclass(slots=True)
@@ -89,11 +116,17 @@ class MqttStats:
     replies_refused: int = 0
     """Response topics outside ``forethought/<agent>/replies/`` (not published to)."""
     held: int = 0
-    """Decisions put in the outbox because they could not be published at once."""
+    """Decisions handed to the session while the connection was down."""
     republished: int = 0
-    """Outbox decisions published after the connection came back."""
+    """Decisions whose handshake completed on a later connection than the one they were
+    handed to the session on (sent again by the session, not by us)."""
     outbox_dropped: int = 0
-    """Decisions dropped because the outbox was full (the oldest go first)."""
+    """Decisions not handed to the session because ``outbox_size`` were waiting already (their
+    events stay unacknowledged: the broker sends them again)."""
+    refused: int = 0
+    """Decisions the broker refused (a PUBACK or PUBCOMP with a failure reason), reported."""
+    stale_dropped: int = 0
+    """Messages a lost connection left unhandled (QoS 1 ones come again from the broker)."""
     repeats_suppressed: int = 0
     """Decisions not published again for a redelivered event id."""
     unanswered_probes: int = 0
@@ -118,7 +151,10 @@ class MqttBus:
             naming the cause instead of retrying.
         session_expiry_s: how long the broker keeps the session (subscription and queued
             QoS 1 events) after the connection is lost (0: a clean session each time).
-        outbox_size: the most decisions held for publishing after an outage.
+        outbox_size: the most decisions waiting in the session for their handshake (held
+            through an outage); past it an event stays unacknowledged until there is room.
+        actions_qos: 2 (the default: exactly once through broker crashes, see above) or 1,
+            for brokers without QoS 2.
         remember_published: how many published event ids are remembered, so a redelivered
             event's decision is not published twice.
 
@@ -140,6 +176,7 @@ class MqttBus:
         session_expiry_s: int = 300,
         outbox_size: int = 1024,
         remember_published: int = 65_536,
+        actions_qos: int = 2,
     ) -> None:
         self._host, self._port, self._tls = parse_broker_url(url)
         self._security = security or MqttSecurity()
@@ -147,6 +184,8 @@ class MqttBus:
             raise ConfigError("agent_id", agent_id, "must be non-empty, without # + or /")
         if queue_size < 1:
             raise ConfigError("queue_size", queue_size, "must be at least 1")
+        if actions_qos not in (1, 2):
+            raise ConfigError("actions_qos", actions_qos, "must be 1 or 2")
         base = f"forethought/{agent_id}"
         self.agent_id = agent_id
         self.events_filter = events_filter or f"{base}/events/#"
@@ -165,15 +204,21 @@ class MqttBus:
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._client: aiomqtt.Client | None = None
+        """One for the bus's life (made by :meth:`run`): its session outlives connections."""
+        self._generation = 0
+        """Counts connections: a packet id is acknowledged only on the one that brought it."""
         self._connected = asyncio.Event()
         self._expiry = session_expiry_s
-        self._outbox: deque[tuple[Event, bytes]] = deque()
+        self._actions_qos = actions_qos
         self._outbox_size = outbox_size
+        self._completions: dict[int, asyncio.Future[int]] = {}
+        """Packet id -> the reason code of the handshake that completes it."""
         self._published: OrderedDict[str, None] = OrderedDict()
+        self._sending: set[str] = set()
         self._remember = remember_published
         self._lost_at: float | None = None
         self._heard_at = 0.0
-        self._unacked: dict[str, list[tuple[aiomqtt.Client, int]]] = {}
+        self._unacked: dict[str, list[tuple[int, int]]] = {}
         self.stats = MqttStats()
 
     @property
@@ -200,29 +245,11 @@ class MqttBus:
         that dies instead leaves the will to say it).
         """
         delay = self._backoff[0]
-        options = self._security.client_options(self._tls)  # reads the TLS files, once
+        client = self._session_client()
         while True:
-            will = aiomqtt.Will(self.status_topic, b'{"online":false}', qos=1, retain=True)
-            session = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-            session.SessionExpiryInterval = self._expiry
             connects = self.stats.connects
             try:
-                async with aiomqtt.Client(
-                    self._host,
-                    self._port,
-                    identifier=f"forethought-{self.agent_id}",
-                    **options,  # type: ignore[arg-type]
-                    protocol=aiomqtt.ProtocolVersion.V5,
-                    will=will,
-                    keepalive=self._keepalive,
-                    timeout=5.0,
-                    # Resume the session the broker kept: QoS 1 events sent while we were
-                    # away are waiting in it (a first connection simply starts one).
-                    clean_start=self._expiry == 0,
-                    properties=session,
-                    # Small messages on a deadline: Nagle plus delayed ACKs would add ~40 ms.
-                    socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-                ) as client:
+                async with client:
                     await self._connection(client)
             except aiomqtt.MqttError as exc:
                 if self._connected.is_set():
@@ -236,17 +263,52 @@ class MqttBus:
                 )
             finally:
                 self._connected.clear()
-                self._client = None
+                self.stats.stale_dropped += _drain(client)
             if self.stats.connects != connects:  # it was up: start the backoff again
                 delay = self._backoff[0]
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._backoff[1])
 
+    def _session_client(self) -> aiomqtt.Client:
+        """The bus's one client, made on first use (it needs the running loop)."""
+        if self._client is not None:
+            return self._client
+        session = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        session.SessionExpiryInterval = self._expiry
+        client = aiomqtt.Client(
+            self._host,
+            self._port,
+            identifier=f"forethought-{self.agent_id}",
+            **self._security.client_options(self._tls),  # type: ignore[arg-type]
+            protocol=aiomqtt.ProtocolVersion.V5,
+            will=aiomqtt.Will(self.status_topic, b'{"online":false}', qos=1, retain=True),
+            keepalive=self._keepalive,
+            timeout=5.0,
+            # Resume the session the broker kept: QoS 1 events sent while we were away are
+            # waiting in it (a first connection simply starts one).
+            clean_start=self._expiry == 0,
+            properties=session,
+            # Small messages on a deadline: Nagle plus delayed ACKs would add ~40 ms.
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
+        paho = _paho(client)
+        paho.manual_ack_set(True)
+        theirs = paho.on_publish
+
+        def completed(c: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
+            theirs(c, userdata, mid, reason, props)  # aiomqtt's own publish() waits on it
+            done = self._completions.pop(mid, None)
+            if done is not None and not done.done():
+                done.set_result(int(getattr(reason, "value", 0)))
+
+        paho.on_publish = completed
+        self._client = client
+        return client
+
     async def _connection(self, client: aiomqtt.Client) -> None:
         """Serve one connection until it fails (it ends only by an exception)."""
-        self._client = client
+        self._generation += 1
         self._unacked.clear()  # unacknowledged there: the broker sends them again
-        _paho(client).manual_ack_set(True)
         await client.subscribe(self.events_filter, qos=1)
         await client.publish(self.status_topic, b'{"online":true}', qos=1, retain=True)
         self.stats.connects += 1
@@ -255,17 +317,12 @@ class MqttBus:
             self.stats.reconnect_s.append(loop.time() - self._lost_at)
             self._lost_at = None
         self._connected.set()
-        await self._flush_outbox(client)
-        watch = asyncio.timeout(None)
         prober = asyncio.create_task(
-            self._probe(client, watch), name=f"forethought.mqtt[{self.agent_id}].probe"
+            self._probe(client), name=f"forethought.mqtt[{self.agent_id}].probe"
         )
         try:
-            async with watch:
-                async for message in client.messages:
-                    await self._receive(message)
-        except TimeoutError:
-            raise aiomqtt.MqttError("the broker stopped answering") from None
+            async for message in client.messages:
+                await self._receive(message)
         except asyncio.CancelledError:
             with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
                 await client.publish(
@@ -279,7 +336,7 @@ class MqttBus:
         finally:
             prober.cancel()
 
-    async def _probe(self, client: aiomqtt.Client, watch: asyncio.Timeout) -> None:
+    async def _probe(self, client: aiomqtt.Client) -> None:
         """Notice a broker that stopped answering, within 1.25 x keepalive.
 
         paho notices only after a ping goes unanswered for a whole keepalive (up to twice
@@ -304,7 +361,14 @@ class MqttBus:
                 self._lost_at = loop.time()
                 self._connected.clear()
                 log.warning("mqtt broker %s:%s stopped answering", self._host, self._port)
-                watch.reschedule(loop.time())  # ends the message loop: reconnect
+                # Not a polite DISCONNECT: a frozen broker would read it on waking as a
+                # normal goodbye (and drop our will), and its answer would never come. Our
+                # end of the socket closed, paho sees the connection lost, the message loop
+                # ends, and the session resends what was in flight on the next one.
+                sock = _paho(client).socket()
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
                 return
             self._heard_at = loop.time()
 
@@ -335,9 +399,8 @@ class MqttBus:
             corr = getattr(props, "CorrelationData", None)
             reply = ReplyTo(str(response_topic), bytes(corr) if corr is not None else None)
         event = Event.from_payload(payload, arrival=Arrival.now(self._wall_ns), reply=reply)
-        if message.qos > 0 and self._client is not None:
-            self._unacked.setdefault(event.id, []).append((self._client, message.mid))
         if message.qos > 0:
+            self._unacked.setdefault(event.id, []).append((self._generation, message.mid))
             # Never dropped: it stays unacknowledged until there is room, and the broker keeps
             # the rest of the backlog (an agent back from a restart meets all of it at once).
             # A stale one is refused as expired when its turn comes, which is reported.
@@ -361,76 +424,93 @@ class MqttBus:
             yield self._pending.popleft()
 
     async def publish(self, event: Event, decision: Decision) -> None:
-        """Publish the decision at QoS 1 (and to the event's response topic, if any).
+        """Hand the decision to the session at ``actions_qos`` and wait for its handshake.
 
-        Without a connection, or without the broker's PUBACK, it waits in the outbox for the
-        next connection; a redelivered event's decision is not published on the actions topic
-        a second time.
+        Also to the event's response topic, if any, at QoS 1. Connected or not, the session
+        keeps it, and sends it (again) on every connection until the broker has it; a
+        redelivered event's decision is not handed over a second time. Returns once the
+        broker has it (the event is acknowledged then), or has refused it (reported).
         """
         body = orjson.dumps(decision.payload())
-        client = self._client
-        if event.id in self._published:
-            # Actuated once already. A requester asking again on its response topic still
-            # gets the answer (a reply is not an actuation).
+        if event.id in self._published or event.id in self._sending:
+            # Actuated once already, or on its way (its completion acknowledges this copy
+            # too). A requester asking again on its response topic still gets the answer (a
+            # reply is not an actuation).
             self.stats.repeats_suppressed += 1
-            if client is not None and event.reply is not None:
-                await self._send(client, event, body, actuate=False)
-            self._ack(event.id)
+            if event.reply is not None and self.connected:
+                self._hand_over(event.reply.topic, body, 1, self._reply_properties(event))
+            if event.id in self._published:
+                self._ack(event.id)
+            return
+        if len(self._completions) >= self._outbox_size:
+            self.stats.outbox_dropped += 1
+            log.warning(
+                "%d decisions wait for the broker: %s left to come again",
+                len(self._completions),
+                event.id,
+            )
             return
         # Claimed before the first await: a second copy of the event (a sensor re-sending what
-        # it thought lost) decided meanwhile must not be sent while this one is in flight.
-        self._remember_published(event.id)
-        if client is None or self._outbox or not await self._send(client, event, body):
-            self._published.pop(event.id, None)
-            self._hold(event, body)  # behind what already waits: decisions keep their order
+        # it thought lost) decided meanwhile must not be handed over while this one waits.
+        self._sending.add(event.id)
+        generation, connected = self._generation, self.connected
+        if not connected:
+            self.stats.held += 1
+        try:
+            done = self._hand_over(self.actions_topic, body, self._actions_qos)
+            if event.reply is not None:
+                self._hand_over(event.reply.topic, body, 1, self._reply_properties(event))
+            reason = await done
+        except aiomqtt.MqttError as exc:  # the session refused it (paho's own limits)
+            self.stats.publish_failures += 1
+            await self._report(event, f"not published: {exc}", None)
+            self._ack(event.id)
             return
+        finally:
+            self._sending.discard(event.id)
+        if reason >= 0x80 and reason != _HANDSHAKE_FORGOTTEN:
+            self.stats.refused += 1
+            await self._report(event, f"the broker refused the decision (reason {reason:#x})", None)
+            self._ack(event.id)
+            return
+        self.stats.published += 1
+        if not connected or generation != self._generation:
+            self.stats.republished += 1
+        self._heard_at = asyncio.get_running_loop().time()  # its handshake came
+        self._remember_published(event.id)
         self._ack(event.id)
 
-    async def _send(
-        self, client: aiomqtt.Client, event: Event, body: bytes, *, actuate: bool = True
-    ) -> bool:
-        try:
-            if actuate:
-                await client.publish(self.actions_topic, body, qos=1)
-            if event.reply is not None:
-                props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-                if event.reply.correlation is not None:
-                    props.CorrelationData = event.reply.correlation
-                await client.publish(event.reply.topic, body, qos=1, properties=props)
-        except aiomqtt.MqttError as exc:
-            self.stats.publish_failures += 1
-            log.warning("publishing the decision for %s failed (held): %s", event.id, exc)
-            return False
-        self.stats.published += 1
-        self._heard_at = asyncio.get_running_loop().time()  # its PUBACK came
-        self._remember_published(event.id)
-        return True
+    def _hand_over(
+        self, topic: str, body: bytes, qos: int, properties: Properties | None = None
+    ) -> asyncio.Future[int]:
+        """Queue a message in the session; a future of its handshake's reason code.
+
+        Connected or not: paho keeps a QoS 1 or 2 message until its handshake completes and
+        sends it on every connection until then (``MQTT_ERR_NO_CONN`` means just that here).
+        """
+        info = _paho(self._session_client()).publish(topic, body, qos, False, properties)
+        if info.rc not in (MQTT_ERR_SUCCESS, MQTT_ERR_NO_CONN):
+            raise aiomqtt.MqttCodeError(info.rc, "the session did not take the message")
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._completions[info.mid] = done  # QoS > 0: never complete before a handshake
+        return done
+
+    @staticmethod
+    def _reply_properties(event: Event) -> Properties:
+        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        if event.reply is not None and event.reply.correlation is not None:
+            props.CorrelationData = event.reply.correlation
+        return props
 
     def _remember_published(self, event_id: str) -> None:
         self._published[event_id] = None
         if len(self._published) > self._remember:
             self._published.popitem(last=False)
 
-    def _hold(self, event: Event, body: bytes) -> None:
-        if len(self._outbox) >= self._outbox_size:
-            self._outbox.popleft()
-            self.stats.outbox_dropped += 1
-        self._outbox.append((event, body))
-        self.stats.held += 1
-
-    async def _flush_outbox(self, client: aiomqtt.Client) -> None:
-        """Publish held decisions, oldest first, until done or the connection fails again."""
-        while self._outbox:
-            event, body = self._outbox[0]
-            if event.id not in self._published and not await self._send(client, event, body):
-                return
-            self._outbox.popleft()
-            self.stats.republished += 1
-
     async def publish_status(self, report: HealthReport) -> None:
         """Replace the retained status with ``report`` (skipped while disconnected)."""
         client = self._client
-        if client is None:
+        if client is None or not self.connected:
             return
         body = orjson.dumps(report.model_dump(mode="json"))
         try:
@@ -452,12 +532,12 @@ class MqttBus:
         Only on the connection that brought them: after a reconnection the broker sends
         them again (the session is persistent), and the copy is acknowledged then.
         """
-        for client, mid in self._unacked.pop(event_id, ()):
-            if client is self._client:
-                _paho(client).ack(mid, 1)
+        for generation, mid in self._unacked.pop(event_id, ()):
+            if generation == self._generation and self._client is not None and self.connected:
+                _paho(self._client).ack(mid, 1)
 
     def _ack_now(self, message: aiomqtt.Message) -> None:
-        if message.qos > 0 and self._client is not None:
+        if message.qos > 0 and self._client is not None and self.connected:
             _paho(self._client).ack(message.mid, 1)
 
     async def _report(
@@ -471,7 +551,7 @@ class MqttBus:
         if topic is not None:
             body["topic"] = topic
         client = self._client
-        if client is None:
+        if client is None or not self.connected:
             return
         with contextlib.suppress(aiomqtt.MqttError):
             await client.publish(self.errors_topic, orjson.dumps(body), qos=1)

@@ -16,6 +16,7 @@ from paho.mqtt.properties import Properties
 
 from forethought import Agent, AgentConfig, AgentSpec
 from forethought.bench import MosquittoBroker as Broker
+from forethought.bench._faults import until
 from forethought.planner import ScriptedBackend
 from forethought.runtime import Arrival, Event, MqttBus, parse_payload, payload_bytes
 
@@ -70,14 +71,8 @@ async def running(
     broker: Broker, agent_id: str, **bus_kw: Any
 ) -> AsyncIterator[tuple[Agent, MqttBus, Listener, aiomqtt.Client]]:
     host, port = "127.0.0.1", broker.port
-    bus = MqttBus(
-        url=broker.url,
-        agent_id=agent_id,
-        reconnect_min_s=0.05,
-        reconnect_max_s=0.2,
-        keepalive=2,
-        **bus_kw,
-    )
+    settings: dict[str, Any] = {"reconnect_min_s": 0.05, "reconnect_max_s": 0.2, "keepalive": 2}
+    bus = MqttBus(url=broker.url, agent_id=agent_id, **(settings | bus_kw))
     backend = ScriptedBackend(
         score_s=0.001, live_s=0.001, prefill_s=0.001, step_s=0.0001, action={"a": "go"}
     )
@@ -326,3 +321,38 @@ async def test_two_copies_of_an_event_in_flight_are_actuated_once(
         await asyncio.sleep(0.3)  # time for a second action to show up
         assert [a["body"]["id"] for a in listener.got["actions"]] == ["e7"]
         assert bus.stats.repeats_suppressed == 1
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+async def test_a_decision_whose_ack_a_frozen_broker_never_sent_is_actuated_once_at_qos2(
+    broker: Broker, agent_id: str, qos: int
+) -> None:
+    # The R3 double, made on purpose: the decision reaches a frozen broker, the agent gives up
+    # on the connection before any acknowledgement, the broker wakes and takes the decision
+    # from the dead connection, then the agent's session sends it again on the next one. At
+    # QoS 1 the broker cannot tell the copy (two actions: what the bench counted before the
+    # decisions went out at QoS 2 through one session); at QoS 2 it has the packet id.
+    # A reconnect delay of 1 s lets the broker read the dead connection first.
+    async with running(broker, agent_id, actions_qos=qos, reconnect_min_s=1.0) as (
+        agent,
+        bus,
+        listener,
+        _client,
+    ):
+        await listener.wait("status")
+        copy = agent.arrive(
+            Event.from_payload(parse_payload(event(8), max_bytes=65_536), arrival=Arrival.now())
+        )
+        decision = await agent.decide(copy)
+        broker.freeze()
+        try:
+            publishing = asyncio.create_task(bus.publish(copy, decision))
+            assert await until(lambda: not bus.connected, 10.0) is not None
+        finally:
+            broker.thaw()
+        async with asyncio.timeout(15):
+            await publishing
+        await asyncio.sleep(0.5)  # time for a second action to show up
+        ids = [a["body"]["id"] for a in listener.got["actions"]]
+        assert ids == (["e8"] if qos == 2 else ["e8", "e8"])
+        assert bus.stats.republished == 1
