@@ -8,7 +8,10 @@ The same contract as :class:`~forethought.runtime.MqttBus`, on Zenoh's key expre
 * a liveliness token ``alive`` says the agent is up -- Zenoh's counterpart of a retained status
   and a last will: it disappears for every subscriber when the session closes or dies;
 * a queryable ``decide`` answers a ``get`` with the decision (request/reply, the counterpart of
-  MQTT 5's response topic); a malformed query gets an error reply.
+  MQTT 5's response topic); a malformed query gets an error reply;
+* a queryable ``health`` answers a ``get`` with the agent's last :class:`HealthReport` (as of
+  its last refresh, every ``health.interval_s``) -- what MQTT's retained status carries, for a
+  network without retained messages.
 
 Peer mode by default, with explicit ``connect``/``listen`` endpoints (multicast scouting off
 unless asked for). Zenoh delivers samples on its own threads: the callbacks only copy the bytes
@@ -34,6 +37,7 @@ from forethought.policies import ConfigError, InvalidEvent, NotStarted
 
 from ._decision import Decision
 from ._event import Arrival, Event, parse_payload
+from ._health import HealthReport
 from ._zenoh_security import ZenohSecurity
 
 __all__ = ["ZenohBus", "ZenohStats", "zenoh_config"]
@@ -53,6 +57,7 @@ class ZenohStats:
     publish_failures: int = 0
     queries: int = 0
     queries_answered: int = 0
+    health_queries: int = 0
 
 
 def zenoh_config(
@@ -139,6 +144,9 @@ class ZenohBus:
         self.errors_key = f"{base}/errors"
         self.decide_key = f"{base}/decide"
         self.alive_key = f"{base}/alive"
+        self.health_key = f"{base}/health"
+        self._health = b'{"online":true,"status":"starting"}'
+        """The last report pushed by :meth:`publish_status`, as the ``health`` answer."""
         self._max_bytes = max_payload_bytes
         self._queue_size = queue_size
         self._wall_ns = wall_ns
@@ -183,9 +191,13 @@ class ZenohBus:
             payload = query.payload.to_bytes() if query.payload is not None else b""
             loop.call_soon_threadsafe(self._query, query, payload)
 
+        def on_health(query: Any) -> None:
+            loop.call_soon_threadsafe(self._answer_health, query)
+
         self._declared = [
             session.declare_subscriber(self.events_key, on_sample),
             session.declare_queryable(self.decide_key, on_query),
+            session.declare_queryable(self.health_key, on_health),
             session.liveliness().declare_token(self.alive_key),
         ]
         self._actions = session.declare_publisher(self.actions_key)
@@ -294,6 +306,20 @@ class ZenohBus:
         self._report(event, reason, raw)
         if event is not None:
             self._answer_error(event.id, reason)
+
+    async def publish_status(self, report: HealthReport) -> None:
+        """Keep ``report`` as the answer of the ``health`` queryable."""
+        self._health = orjson.dumps(report.model_dump(mode="json"))
+
+    def _answer_health(self, query: Any) -> None:
+        self.stats.health_queries += 1
+        try:
+            query.reply(self.health_key, self._health)
+        except Exception as exc:  # a Zenoh failure must not stop the agent
+            log.warning("answering a health query failed: %s", exc)
+        finally:
+            with contextlib.suppress(Exception):
+                query.drop()
 
     def _answer_error(self, event_id: str, reason: str) -> None:
         query = self._queries.pop(event_id, None)

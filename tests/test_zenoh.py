@@ -169,6 +169,13 @@ def test_round_trip_decide_bad_input_and_flood(
         assert len(replies) == 1
         assert replies[0].ok is not None
         assert orjson.loads(replies[0].ok.payload.to_bytes())["id"] == "q1"
+        # Health: what MQTT's retained status says, on a queryable (Zenoh retains nothing).
+        (health,) = list(peer.session.get(f"forethought/{AGENT}/health"))
+        report = orjson.loads(health.ok.payload.to_bytes())
+        assert report["agent"] == AGENT
+        assert report["online"] is True
+        assert report["status"] in ("starting", "ok", "degraded")
+        assert {"counters", "tree", "model", "planner", "bus"} <= set(report)
         bad = list(peer.session.get(f"forethought/{AGENT}/decide", payload=b"{not json"))
         assert bad[0].err is not None
         assert "not JSON" in bad[0].err.payload.to_string()
