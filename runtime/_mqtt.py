@@ -90,6 +90,18 @@ def _drain(client: aiomqtt.Client) -> int:
     return dropped
 
 
+def _read_disconnect(client: aiomqtt.Client) -> None:
+    """Mark how the last connection ended as read.
+
+    aiomqtt keeps it in a future that the next connection of a reused client replaces; when
+    a connection died while no message loop was waiting on it (say, during the subscribe),
+    nothing read it, and asyncio would log "exception was never retrieved".
+    """
+    ended = client._disconnected  # the same pin as _paho
+    if ended.done() and not ended.cancelled():
+        ended.exception()
+
+
 def payload_bytes(message: aiomqtt.Message) -> bytes:
     """A message's payload as bytes (aiomqtt types it as bytes, str, numbers or None)."""
     raw = message.payload
@@ -264,6 +276,7 @@ class MqttBus:
             finally:
                 self._connected.clear()
                 self.stats.stale_dropped += _drain(client)
+                _read_disconnect(client)
             if self.stats.connects != connects:  # it was up: start the backoff again
                 delay = self._backoff[0]
             await asyncio.sleep(delay)

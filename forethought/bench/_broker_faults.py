@@ -54,8 +54,8 @@ def _session() -> dict[str, Any]:
     return {"clean_start": False, "properties": props, "protocol": aiomqtt.ProtocolVersion.V5}
 
 
-async def _sensor(port: int, agent: str, n: int, hz: float, acked: set[int]) -> None:
-    """Publish events 0..n-1 at ``hz``, each until the broker acknowledges it."""
+async def _sensor(port: int, agent: str, n: int, hz: float, acked: dict[int, float]) -> None:
+    """Publish events 0..n-1 at ``hz``, each until the broker acknowledges it (and when)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     i = 0
@@ -72,12 +72,14 @@ async def _sensor(port: int, agent: str, n: int, hz: float, acked: set[int]) -> 
                     await client.publish(
                         f"forethought/{agent}/events/x", orjson.dumps(body), qos=1, timeout=2.0
                     )
-                    acked.add(i)
+                    acked[i] = loop.time()
                     i += 1
         await asyncio.sleep(0.05)  # the broker is down: try again soon
 
 
-async def _actuator(port: int, agent: str, copies: dict[str, int], ready: asyncio.Event) -> None:
+async def _actuator(
+    port: int, agent: str, copies: dict[str, int], ready: asyncio.Event, qos: int = 2
+) -> None:
     """Count actions per event id, across broker restarts.
 
     Subscribed at QoS 2 through one client kept across reconnections (its session's memory of
@@ -88,13 +90,25 @@ async def _actuator(port: int, agent: str, copies: dict[str, int], ready: asynci
     while True:
         with contextlib.suppress(aiomqtt.MqttError):
             async with client:
-                await client.subscribe(f"forethought/{agent}/actions", qos=2)
+                await client.subscribe(f"forethought/{agent}/actions", qos=qos)
                 ready.set()
                 async for m in client.messages:
                     raw = m.payload if isinstance(m.payload, bytes) else b"{}"
                     ident = orjson.loads(raw).get("id", "?")
                     copies[ident] = copies.get(ident, 0) + 1
         await asyncio.sleep(0.05)
+
+
+def _before_fault(
+    ids: list[str], acked: dict[int, float], faults_at: list[float]
+) -> dict[str, float | None]:
+    """Per event id: ms from the broker's acknowledgement to the next fault (None: none)."""
+    out: dict[str, float | None] = {}
+    for ident in ids[:20]:
+        t = acked.get(int(ident[1:]))
+        after = [f for f in faults_at if t is not None and f >= t]
+        out[ident] = round((after[0] - t) * 1e3, 1) if t is not None and after else None
+    return out
 
 
 async def _retained_status(port: int, agent: str) -> Any:
@@ -117,6 +131,7 @@ async def run_broker_faults(
     seed: int = 3,
     session_expiry_s: int = 300,
     actions_qos: int = 2,
+    actuator_qos: int = 2,
 ) -> dict[str, Any]:
     """R3: ``kills`` SIGKILLs and ``freezes`` SIGSTOPs of a persistent Mosquitto.
 
@@ -127,8 +142,9 @@ async def run_broker_faults(
 
     rng = random.Random(seed)
     agent_id = "r3"
-    acked: set[int] = set()
+    acked: dict[int, float] = {}
     copies: dict[str, int] = {}
+    faults_at: list[float] = []
     status_ok = status_checks = 0
     detections: list[float | None] = []
     with MosquittoBroker(persistent=True) as broker:
@@ -150,13 +166,16 @@ async def run_broker_faults(
             gaps = [rng.uniform(*gap_s) for _ in range(kills + freezes)]
             n = int(hz * (sum(gaps) + 3.0))
             async with asyncio.TaskGroup() as tg:
-                act = tg.create_task(_actuator(broker.port, agent_id, copies, ready), name="act")
+                act = tg.create_task(
+                    _actuator(broker.port, agent_id, copies, ready, actuator_qos), name="act"
+                )
                 await ready.wait()
                 sensor = tg.create_task(_sensor(broker.port, agent_id, n, hz, acked), name="s")
                 order = ["kill"] * kills + ["freeze"] * freezes
                 rng.shuffle(order)
                 for what, gap in zip(order, gaps, strict=True):
                     await asyncio.sleep(gap)
+                    faults_at.append(asyncio.get_running_loop().time())
                     if what == "kill":
                         broker.stop()
                         await asyncio.to_thread(broker.start)
@@ -176,6 +195,13 @@ async def run_broker_faults(
                 await until(lambda: len(copies) >= len(acked), 30.0)
                 act.cancel()
             stats = bus.stats
+            # A lost event the agent never decided never reached it: the broker lost it.
+            assert agent.executor is not None
+            never_decided = sorted(
+                f"m{i}"
+                for i in acked
+                if f"m{i}" not in copies and not agent.executor.known(f"m{i}")
+            )
         final = await _retained_status(broker.port, agent_id)
     reconnect = sorted(stats.reconnect_s)
     sent = {f"m{i}" for i in acked}
@@ -190,6 +216,14 @@ async def run_broker_faults(
         # it twice (the agent, or the broker after a crash), it would be actuated twice.
         "actuated_twice": sum(c - 1 for i, c in copies.items() if i in sent and c > 1),
         "actions_qos": actions_qos,
+        "actuator_qos": actuator_qos,
+        # Which, and how long after the broker acknowledged them the next fault came: an
+        # event caught in a crash's unsaved moment shows a few milliseconds here.
+        "lost_before_fault_ms": _before_fault(sorted(sent - set(copies)), acked, faults_at),
+        "lost_never_reached_the_agent": never_decided[:20],
+        "twice_before_fault_ms": _before_fault(
+            sorted(i for i, c in copies.items() if i in sent and c > 1), acked, faults_at
+        ),
         "reconnects": len(reconnect),
         "reconnect_p50_s": reconnect[len(reconnect) // 2] if reconnect else None,
         "reconnect_p99_s": reconnect[min(int(0.99 * len(reconnect)), len(reconnect) - 1)]
@@ -251,7 +285,7 @@ async def run_agent_kills(
     """
     rng = random.Random(seed)
     agent_id = "r3-agent"
-    acked: set[int] = set()
+    acked: dict[int, float] = {}
     copies: dict[str, int] = {}
     statuses: list[tuple[float, Any]] = []
     rows: list[dict[str, Any]] = []
@@ -301,10 +335,16 @@ async def run_agent_kills(
                     ),
                     10.0,
                 )
+                # From here on: a report the killed agent sent just before the kill can reach
+                # the watcher after ``killed_at`` (a run of c8eec6c took one for the restarted
+                # agent's "online", then killed that agent before it had connected).
+                restarted_at = loop.time()
                 proc = start()
-                back = await until(lambda at=killed_at: online_since(at), 120.0)
+                back = await until(lambda at=restarted_at: online_since(at), 120.0)
+                if back is not None:
+                    back += restarted_at - killed_at
 
-                def report(at: float = killed_at) -> Any:
+                def report(at: float = restarted_at) -> Any:
                     return next((s for t, s in statuses if t >= at and "tree" in (s or {})), None)
 
                 await until(lambda: report() is not None, 10.0)
