@@ -160,14 +160,19 @@ def test_broker_crashes_lose_nothing_and_the_status_stays_true(
     and the agent's resubscribe; and paho's own keepalive alone noticed a freeze after up to
     1.75 s with a 1 s keepalive (four freezes: 1.16-1.75 s), past the bound, before the bus
     probed."""
+    # The actuator at QoS 1: a killed Mosquitto restarts from a saved state older than its
+    # clients' own, and may reuse a packet id a QoS 2 subscriber still holds -- which then
+    # takes the new message for the old one (seen in the bench: one action lost, its
+    # neighbour delivered twice, at one kill). QoS 1 delivers on arrival; what the broker
+    # redelivers after a crash is the actuator's to dedupe by the action's id. The agent's
+    # own side, never sending a decision twice, is tested deterministically in test_mqtt.py.
     out = asyncio.run(
-        run_broker_faults(tiny_backend, kills=3, freezes=1, gap_s=(1.0, 2.0), keepalive=2)
+        run_broker_faults(
+            tiny_backend, kills=3, freezes=1, gap_s=(1.0, 2.0), keepalive=2, actuator_qos=1
+        )
     )
     assert out["acked"] == out["events"] > 200
-    assert out["lost"] == 0
-    # QoS 2 end to end (the agent's decisions through one session, the actuator's
-    # subscription): nothing arrives twice, whichever side a crash cut a handshake on.
-    assert out["actuated_twice"] == 0, out
+    assert out["lost"] == 0, out
     assert out["reconnects"] >= 4, out  # one per fault (a probe lost to a loaded CI adds one)
     assert out["reconnect_p99_s"] <= 2.0
     (detected,) = out["freeze_detected_s"]
