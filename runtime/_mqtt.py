@@ -12,7 +12,8 @@ resubscribes, counting outages and timing each reconnection. Incoming events wai
 queue; when it is full, a QoS 0 event pushes out the oldest (a stale event is worth least;
 counted), and a QoS 1 event waits, unacknowledged, for room: the broker holds the backlog.
 
-Nothing accepted is lost to an outage, and nothing is actuated twice because of one:
+Nothing accepted is lost to an outage, and nothing is sent twice because of one, as far as
+the broker keeps its state (see the QoS 2 point):
 
 * the session is persistent (``clean_start`` off, ``session_expiry_s``), so QoS 1 events that
   arrive while the agent is reconnecting wait for it at the broker;
@@ -20,9 +21,11 @@ Nothing accepted is lost to an outage, and nothing is actuated twice because of 
   life, whose session outlives each connection: a decision handed to it while the connection
   is down, or whose handshake an outage cut, is sent again on the next connection by the
   session itself -- the same packet id, flagged as a duplicate, or only its PUBREL if the
-  broker had already received it -- so the broker delivers it once. (With QoS 1, which some
-  brokers are limited to, a decision whose PUBACK a dying broker never sent may go out twice;
-  every action carries its event id, so an actuator can dedupe by it);
+  broker had already received it -- so a broker that kept its state takes it once. (With QoS
+  1, which some brokers are limited to, a decision whose PUBACK a dying broker never sent may
+  go out twice; and a broker that saves its state only after answering, as Mosquitto does,
+  can restart from an older one that delivers a decision twice or loses one to a reused
+  packet id: every action carries its event id, so an actuator can act once per id);
 * a redelivered event (the same id) is decided once -- the executor remembers ids -- and its
   decision is not handed to the session again: the ids whose decisions are out, or on their
   way, are remembered too;

@@ -217,8 +217,7 @@ async def run_broker_faults(
         "actuated_twice": sum(c - 1 for i, c in copies.items() if i in sent and c > 1),
         "actions_qos": actions_qos,
         "actuator_qos": actuator_qos,
-        # Which, and how long after the broker acknowledged them the next fault came: an
-        # event caught in a crash's unsaved moment shows a few milliseconds here.
+        # Which, and how long after the broker acknowledged them the next fault came.
         "lost_before_fault_ms": _before_fault(sorted(sent - set(copies)), acked, faults_at),
         "lost_never_reached_the_agent": never_decided[:20],
         "twice_before_fault_ms": _before_fault(
