@@ -219,7 +219,7 @@ class MqttBus:
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._client: aiomqtt.Client | None = None
-        """One for the bus's life (made by :meth:`run`): its session outlives connections."""
+        """One for the bus's life (made on first use): its session outlives connections."""
         self._generation = 0
         """Counts connections: a packet id is acknowledged only on the one that brought it."""
         self._connected = asyncio.Event()
@@ -227,7 +227,9 @@ class MqttBus:
         self._actions_qos = actions_qos
         self._outbox_size = outbox_size
         self._completions: dict[int, asyncio.Future[int]] = {}
-        """Packet id -> the reason code of the handshake that completes it."""
+        """Decisions waiting: packet id -> the reason code of the handshake that completes it
+        (replies are not tracked: nothing waits on them, and they do not count against
+        ``outbox_size``)."""
         self._published: OrderedDict[str, None] = OrderedDict()
         self._sending: set[str] = set()
         self._remember = remember_published
@@ -454,7 +456,7 @@ class MqttBus:
             # reply is not an actuation).
             self.stats.repeats_suppressed += 1
             if event.reply is not None and self.connected:
-                self._hand_over(event.reply.topic, body, 1, self._reply_properties(event))
+                self._reply(event, body)
             if event.id in self._published:
                 self._ack(event.id)
             return
@@ -475,7 +477,7 @@ class MqttBus:
         try:
             done = self._hand_over(self.actions_topic, body, self._actions_qos)
             if event.reply is not None:
-                self._hand_over(event.reply.topic, body, 1, self._reply_properties(event))
+                self._reply(event, body)
             reason = await done
         except aiomqtt.MqttError as exc:  # the session refused it (paho's own limits)
             self.stats.publish_failures += 1
@@ -496,10 +498,23 @@ class MqttBus:
         self._remember_published(event.id)
         self._ack(event.id)
 
-    def _hand_over(
-        self, topic: str, body: bytes, qos: int, properties: Properties | None = None
-    ) -> asyncio.Future[int]:
-        """Queue a message in the session; a future of its handshake's reason code.
+    def _hand_over(self, topic: str, body: bytes, qos: int) -> asyncio.Future[int]:
+        """Queue a decision in the session; a future of its handshake's reason code."""
+        mid = self._queue(topic, body, qos, None)
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._completions[mid] = done  # QoS > 0: never complete before a handshake
+        return done
+
+    def _reply(self, event: Event, body: bytes) -> None:
+        """Queue the answer on the event's response topic (QoS 1, with its correlation)."""
+        assert event.reply is not None
+        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        if event.reply.correlation is not None:
+            props.CorrelationData = event.reply.correlation
+        self._queue(event.reply.topic, body, 1, props)
+
+    def _queue(self, topic: str, body: bytes, qos: int, properties: Properties | None) -> int:
+        """Put a message in the session; its packet id.
 
         Connected or not: paho keeps a QoS 1 or 2 message until its handshake completes and
         sends it on every connection until then (``MQTT_ERR_NO_CONN`` means just that here).
@@ -507,16 +522,7 @@ class MqttBus:
         info = _paho(self._session_client()).publish(topic, body, qos, False, properties)
         if info.rc not in (MQTT_ERR_SUCCESS, MQTT_ERR_NO_CONN):
             raise aiomqtt.MqttCodeError(info.rc, "the session did not take the message")
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._completions[info.mid] = done  # QoS > 0: never complete before a handshake
-        return done
-
-    @staticmethod
-    def _reply_properties(event: Event) -> Properties:
-        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-        if event.reply is not None and event.reply.correlation is not None:
-            props.CorrelationData = event.reply.correlation
-        return props
+        return int(info.mid)
 
     def _remember_published(self, event_id: str) -> None:
         self._published[event_id] = None

@@ -82,9 +82,10 @@ async def _actuator(
 ) -> None:
     """Count actions per event id, across broker restarts.
 
-    Subscribed at QoS 2 through one client kept across reconnections (its session's memory of
-    half-received messages outlives each connection), as an actuator that must act once would
-    be: an id counted twice was delivered twice.
+    Subscribed at ``qos`` through one client kept across reconnections (its session's memory
+    of half-received messages outlives each connection): an id counted twice was delivered
+    twice. At QoS 2 a broker restarted from an older saved state can also reuse a packet id
+    this session still holds, and an action is then lost (see the README, R3).
     """
     client = aiomqtt.Client("127.0.0.1", port, identifier=f"{agent}-actuator", **_session())
     while True:
