@@ -56,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
         "must hold under it (not part of all)",
     )
     bench.add_argument(
+        "--load-minutes",
+        type=float,
+        default=None,
+        metavar="MIN",
+        help="reliability: how long R1's load and R7's memory watch run (default 10)",
+    )
+    bench.add_argument(
         "--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON"
     )
     _add_run(sub)
@@ -272,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json_path=args.json,
                 suite=args.suite,
                 backend_url=args.backend,
+                load_minutes=args.load_minutes,
             )
         elif args.command == "sim" and args.matrix:
             from forethought._sim import run_matrix  # noqa: PLC0415 - loads torch

@@ -1,5 +1,6 @@
 """The agent and its event-time path: executor, events, decisions, buses, the serve loop."""
 
+from ._acted_ids import ActedIds, ActedIdsStats
 from ._agent import Agent
 from ._bus import EventBus, InProcessBus
 from ._config import AgentConfig, MqttConfig, ServerConfig, WatchdogConfig, ZenohConfig
@@ -18,6 +19,8 @@ from ._zenoh_security import ZenohSecurity
 
 __all__ = [
     "CHANNELS",
+    "ActedIds",
+    "ActedIdsStats",
     "Agent",
     "AgentConfig",
     "Arrival",

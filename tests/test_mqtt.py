@@ -18,7 +18,14 @@ from forethought import Agent, AgentConfig, AgentSpec
 from forethought.bench import MosquittoBroker as Broker
 from forethought.bench._faults import until
 from forethought.planner import ScriptedBackend
-from forethought.runtime import Arrival, Event, MqttBus, parse_payload, payload_bytes
+from forethought.runtime import (
+    ActedIds,
+    Arrival,
+    Event,
+    MqttBus,
+    parse_payload,
+    payload_bytes,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -356,3 +363,6 @@ async def test_a_decision_whose_ack_a_frozen_broker_never_sent_is_actuated_once_
         ids = [a["body"]["id"] for a in listener.got["actions"]]
         assert ids == (["e8"] if qos == 2 else ["e8", "e8"])
         assert bus.stats.republished == 1
+        # Either way an actuator acting once per id (what the README asks of one) acts once.
+        acted = ActedIds(window_s=60.0)
+        assert [i for t, i in enumerate(ids) if acted.first(i, now=float(t))] == ["e8"]

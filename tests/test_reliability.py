@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forethought.bench._broker_faults import run_agent_kills, run_broker_faults
+from forethought.bench._executor import _Micros
 from forethought.bench._reliability import (
     ABUSES,
     _hostile,
@@ -118,6 +119,24 @@ def test_snapshots_survive_sigkill_at_random_moments(tmp_path: Path) -> None:
     # bench's 1,000 kills report it); test_tree.py's 20,000-node writer widens that window.
 
 
+def test_latency_quantiles_are_exact_to_a_microsecond_in_bounded_memory() -> None:
+    """The R1 / R7 latency counter (a float per event would itself grow R7's RSS)."""
+    lat = _Micros()
+    for us in random.Random(1).sample(range(1, 1001), 1000):  # 1..1000 us, shuffled
+        lat.add(us / 1e6)
+    lat.add(0.25e-6)  # rounds to 0 us
+    assert lat.n == 1001
+    assert lat.ms(0.5) == 0.5  # nearest rank: the 501st of 0, 1, ..., 1000 us
+    assert lat.ms(0.99) == 0.990
+    assert lat.ms(1.0) == 1.0
+    assert lat.max_s == pytest.approx(1e-3)
+    assert len(lat.counts) == 1001  # one counter per distinct microsecond, not per event
+    for _ in range(10_000):
+        lat.add(0.5e-3)
+    assert len(lat.counts) == 1001
+    assert _Micros().ms(0.5) != _Micros().ms(0.5)  # NaN when empty
+
+
 @pytest.mark.model
 def test_tree_hits_hold_under_load(tiny_backend: TransformersBackend) -> None:
     """R1 + R7, short: 10 s of 200 Hz tree hits while the planner generates and every core is
@@ -160,19 +179,20 @@ def test_broker_crashes_lose_nothing_and_the_status_stays_true(
     and the agent's resubscribe; and paho's own keepalive alone noticed a freeze after up to
     1.75 s with a 1 s keepalive (four freezes: 1.16-1.75 s), past the bound, before the bus
     probed."""
-    # The actuator at QoS 1: a killed Mosquitto restarts from a saved state older than its
-    # clients' own, and may reuse a packet id a QoS 2 subscriber still holds -- which then
-    # takes the new message for the old one (seen in the bench: one action lost, its
-    # neighbour delivered twice, at one kill). QoS 1 delivers on arrival; what the broker
-    # redelivers after a crash is the actuator's to dedupe by the action's id. The agent's
-    # own side, never sending a decision twice, is tested deterministically in test_mqtt.py.
+    # The actuator at QoS 1 (the bench's default): a killed Mosquitto restarts from a saved
+    # state older than its clients' own, and may reuse a packet id a QoS 2 subscriber still
+    # holds -- which then takes the new message for the old one (seen in the bench: one action
+    # lost, its neighbour delivered twice, at one kill). QoS 1 delivers on arrival; what the
+    # broker redelivers after a crash the actuator drops by the action's id (ActedIds). The
+    # agent's own side, never sending a decision twice, is also tested deterministically in
+    # test_mqtt.py.
     out = asyncio.run(
-        run_broker_faults(
-            tiny_backend, kills=3, freezes=1, gap_s=(1.0, 2.0), keepalive=2, actuator_qos=1
-        )
+        run_broker_faults(tiny_backend, kills=3, freezes=1, gap_s=(1.0, 2.0), keepalive=2)
     )
     assert out["acked"] == out["events"] > 200
     assert out["lost"] == 0, out
+    assert out["actuated_twice"] == 0, out
+    assert out["decided_twice"] == 0, out
     assert out["reconnects"] >= 4, out  # one per fault (a probe lost to a loaded CI adds one)
     assert out["reconnect_p99_s"] <= 2.0
     (detected,) = out["freeze_detected_s"]
@@ -193,6 +213,7 @@ def test_a_killed_agent_restarts_from_its_snapshot_and_loses_nothing(tiny_model_
     out = asyncio.run(run_agent_kills(str(tiny_model_dir), kills=2, gap_s=(2.0, 4.0)))
     assert out["acked"] == out["events"] > 200
     assert out["lost"] == 0, out
-    assert out["doubled"] == 0, out
+    assert out["actuated_twice"] == 0, out
+    assert out["decided_twice"] == 0, out
     assert out["will_offline_every_kill"], out["rows"]
     assert out["restarted_from_snapshot"] == 2, out["rows"]

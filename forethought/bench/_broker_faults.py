@@ -3,15 +3,19 @@
 A real Mosquitto with persistence (sessions and queued QoS 1 messages saved after every
 change), a real agent on it, and two more real clients, both with persistent sessions and
 reconnect loops of their own: a *sensor* publishing numbered events at 50 Hz at QoS 1 and
-re-sending any event the broker did not acknowledge, and an *actuator* counting the actions
-per event id, subscribed at QoS 2 through one client kept across its reconnections. Meanwhile
-the broker is killed with SIGKILL and started again at random gaps, and frozen with SIGSTOP
-until the agent notices.
+re-sending any event the broker did not acknowledge, and an *actuator* subscribed at QoS 1
+through one client kept across its reconnections, acting once per event id
+(:class:`~forethought.runtime.ActedIds`) and recording every delivery. Meanwhile the broker
+is killed with SIGKILL and started again at random gaps, and frozen with SIGSTOP until the
+agent notices.
 
 What must hold: every event the sensor got a PUBACK for gets an action (lost = those that
-never do); none is actuated twice (an id the actuator counts twice: QoS 2 end to end, so
-whether the agent or the restarted broker sent it again, it arrived twice -- run with
-``actions_qos=1`` to see what QoS 1 does); the agent is subscribed again soon after each
+never do); none is actuated twice (acted on again after the dedupe). Reported beside it:
+how many arrived twice (what an actuator acting on every arrival would have doubled), and
+how many came with two different decisions (the agent deciding an event twice, which the
+dedupe hides; a redelivered copy is byte for byte the same). ``actions_qos=1`` shows what
+the agent's decisions at QoS 1 do, ``actuator_qos=2`` what a QoS 2 subscriber loses. The
+agent is subscribed again soon after each
 restart (reconnect p50/p99, from its loss of the connection); a frozen broker is noticed
 (detection time, against 1.5 x keepalive); and the retained status tells the truth after
 every reconnection (online) and after the agent stops (the will's or its own ``offline``).
@@ -31,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ from paho.mqtt.properties import Properties
 
 from forethought.planner import ModelBackend, PlannerConfig
 from forethought.policies import AgentSpec
+from forethought.runtime import ActedIds
 
 from ._broker import MosquittoBroker
 from ._faults import FAULTS_SPEC, heartbeat_node, until
@@ -77,16 +83,54 @@ async def _sensor(port: int, agent: str, n: int, hz: float, acked: dict[int, flo
         await asyncio.sleep(0.05)  # the broker is down: try again soon
 
 
+@dataclass(slots=True)
+class _Actuations:
+    """What the actuator got: every delivery per event id, and what it acted on."""
+
+    window_s: float = 60.0  # the events' deadline: an action older than that is stale anyway
+    deliveries: dict[str, list[bytes]] = field(default_factory=dict)
+    acted: dict[str, int] = field(default_factory=dict)
+    ids: ActedIds = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ids = ActedIds(window_s=self.window_s)
+
+    def take(self, raw: bytes, now: float) -> None:
+        ident = str(orjson.loads(raw).get("id", "?"))
+        self.deliveries.setdefault(ident, []).append(raw)
+        if self.ids.first(ident, now=now):
+            self.acted[ident] = self.acted.get(ident, 0) + 1
+
+    def figures(self, sent: set[str]) -> dict[str, Any]:
+        """Lost, and the three kinds of "twice", over the ids the broker acknowledged."""
+        got = {i: d for i, d in self.deliveries.items() if i in sent}
+        return {
+            "lost": len(sent - set(got)),
+            # Arrivals beyond the first per id (the broker's redelivery, or the agent's repeat):
+            # what an actuator acting on every arrival would have acted on twice.
+            "delivered_twice": sum(len(d) - 1 for d in got.values()),
+            # Acted on again after the dedupe by id: the must-hold figure.
+            "actuated_twice": sum(n - 1 for i, n in self.acted.items() if i in sent),
+            # Ids that came with two different decisions: the agent decided the event twice
+            # (a redelivered copy is byte for byte the same).
+            "decided_twice": sum(len(set(d)) > 1 for d in got.values()),
+            "repeat_gap_max_s": round(self.ids.stats.repeat_gap_max_s, 3),
+            "dedupe_forgotten_early": self.ids.stats.forgotten_early,
+        }
+
+
 async def _actuator(
-    port: int, agent: str, copies: dict[str, int], ready: asyncio.Event, qos: int = 2
+    port: int, agent: str, log: _Actuations, ready: asyncio.Event, qos: int = 1
 ) -> None:
-    """Count actions per event id, across broker restarts.
+    """Take actions, across broker restarts, acting once per event id (:class:`ActedIds`).
 
     Subscribed at ``qos`` through one client kept across reconnections (its session's memory
-    of half-received messages outlives each connection): an id counted twice was delivered
-    twice. At QoS 2 a broker restarted from an older saved state can also reuse a packet id
-    this session still holds, and an action is then lost (see the README, R3).
+    of half-received messages outlives each connection). QoS 1 by default: it delivers on
+    arrival, so what a crashed broker sends again is the dedupe's to drop. At QoS 2 a broker
+    restarted from an older saved state can reuse a packet id this session still holds, and an
+    action is then lost (see the README, R3).
     """
+    loop = asyncio.get_running_loop()
     client = aiomqtt.Client("127.0.0.1", port, identifier=f"{agent}-actuator", **_session())
     while True:
         with contextlib.suppress(aiomqtt.MqttError):
@@ -94,9 +138,7 @@ async def _actuator(
                 await client.subscribe(f"forethought/{agent}/actions", qos=qos)
                 ready.set()
                 async for m in client.messages:
-                    raw = m.payload if isinstance(m.payload, bytes) else b"{}"
-                    ident = orjson.loads(raw).get("id", "?")
-                    copies[ident] = copies.get(ident, 0) + 1
+                    log.take(m.payload if isinstance(m.payload, bytes) else b"{}", loop.time())
         await asyncio.sleep(0.05)
 
 
@@ -132,7 +174,7 @@ async def run_broker_faults(
     seed: int = 3,
     session_expiry_s: int = 300,
     actions_qos: int = 2,
-    actuator_qos: int = 2,
+    actuator_qos: int = 1,
 ) -> dict[str, Any]:
     """R3: ``kills`` SIGKILLs and ``freezes`` SIGSTOPs of a persistent Mosquitto.
 
@@ -144,7 +186,7 @@ async def run_broker_faults(
     rng = random.Random(seed)
     agent_id = "r3"
     acked: dict[int, float] = {}
-    copies: dict[str, int] = {}
+    log = _Actuations()
     faults_at: list[float] = []
     status_ok = status_checks = 0
     detections: list[float | None] = []
@@ -168,7 +210,7 @@ async def run_broker_faults(
             n = int(hz * (sum(gaps) + 3.0))
             async with asyncio.TaskGroup() as tg:
                 act = tg.create_task(
-                    _actuator(broker.port, agent_id, copies, ready, actuator_qos), name="act"
+                    _actuator(broker.port, agent_id, log, ready, actuator_qos), name="act"
                 )
                 await ready.wait()
                 sensor = tg.create_task(_sensor(broker.port, agent_id, n, hz, acked), name="s")
@@ -193,7 +235,7 @@ async def run_broker_faults(
                             ) is True
                 await sensor
                 t_end = time.monotonic()
-                await until(lambda: len(copies) >= len(acked), 30.0)
+                await until(lambda: len(log.deliveries) >= len(acked), 30.0)
                 act.cancel()
             stats = bus.stats
             # A lost event the agent never decided never reached it: the broker lost it.
@@ -201,7 +243,7 @@ async def run_broker_faults(
             never_decided = sorted(
                 f"m{i}"
                 for i in acked
-                if f"m{i}" not in copies and not agent.executor.known(f"m{i}")
+                if f"m{i}" not in log.deliveries and not agent.executor.known(f"m{i}")
             )
         final = await _retained_status(broker.port, agent_id)
     reconnect = sorted(stats.reconnect_s)
@@ -212,17 +254,16 @@ async def run_broker_faults(
         "kills": kills,
         "freezes": freezes,
         "keepalive_s": keepalive,
-        "lost": len(sent - set(copies)),
-        # Arrivals at the actuator beyond the first per id, QoS 2 end to end: whoever sent
-        # it twice (the agent, or the broker after a crash), it would be actuated twice.
-        "actuated_twice": sum(c - 1 for i, c in copies.items() if i in sent and c > 1),
+        **log.figures(sent),
         "actions_qos": actions_qos,
         "actuator_qos": actuator_qos,
         # Which, and how long after the broker acknowledged them the next fault came.
-        "lost_before_fault_ms": _before_fault(sorted(sent - set(copies)), acked, faults_at),
+        "lost_before_fault_ms": _before_fault(sorted(sent - set(log.deliveries)), acked, faults_at),
         "lost_never_reached_the_agent": never_decided[:20],
         "twice_before_fault_ms": _before_fault(
-            sorted(i for i, c in copies.items() if i in sent and c > 1), acked, faults_at
+            sorted(i for i, d in log.deliveries.items() if i in sent and len(d) > 1),
+            acked,
+            faults_at,
         ),
         "reconnects": len(reconnect),
         "reconnect_p50_s": reconnect[len(reconnect) // 2] if reconnect else None,
@@ -286,7 +327,7 @@ async def run_agent_kills(
     rng = random.Random(seed)
     agent_id = "r3-agent"
     acked: dict[int, float] = {}
-    copies: dict[str, int] = {}
+    log = _Actuations()
     statuses: list[tuple[float, Any]] = []
     rows: list[dict[str, Any]] = []
     loop = asyncio.get_running_loop()
@@ -316,7 +357,7 @@ async def run_agent_kills(
         async with asyncio.TaskGroup() as tg:
             watch = tg.create_task(_status_watch(broker.port, agent_id, statuses), name="w")
             ready = asyncio.Event()
-            act = tg.create_task(_actuator(broker.port, agent_id, copies, ready), name="act")
+            act = tg.create_task(_actuator(broker.port, agent_id, log, ready), name="act")
             await ready.wait()
             proc = start()
             t0 = loop.time()
@@ -357,7 +398,7 @@ async def run_agent_kills(
                     }
                 )
             await sensor
-            await until(lambda: set(copies) >= {f"m{i}" for i in acked}, 60.0)
+            await until(lambda: set(log.deliveries) >= {f"m{i}" for i in acked}, 60.0)
             proc.terminate()
             await asyncio.to_thread(proc.wait)
             last = statuses[-2][1] if len(statuses) > 1 else None  # before its "offline"
@@ -370,8 +411,7 @@ async def run_agent_kills(
         "hz": hz,
         "events": n,
         "acked": len(acked),
-        "lost": len(sent - set(copies)),
-        "doubled": sum(c - 1 for i, c in copies.items() if i in sent and c > 1),
+        **log.figures(sent),
         "will_offline_every_kill": all(r["will_offline_after_s"] is not None for r in rows),
         "restart_to_online_max_s": backs[-1] if backs else None,
         "restarted_from_snapshot": sum(bool(r["tree_nodes_at_restart"]) for r in rows),

@@ -10,9 +10,11 @@ The rows measured here (the issue's numbering):
 * **R2 QoS 1** -- numbered events at 50 Hz over a real Mosquitto at QoS 1 (tree hits, the
   planner generating). Must hold: none lost, none actuated twice, publish -> action p99 <= 10 ms.
 * **R3 broker crashes** -- :mod:`._broker_faults`: a persistent Mosquitto killed and frozen
-  under a 50 Hz QoS 1 stream. Must hold: nothing the broker acknowledged lost, nothing
-  published twice by the agent, reconnect p99 <= 2 s, a frozen broker noticed within
-  1.5 x keepalive, the retained status true after each reconnection and after the stop.
+  under a 50 Hz QoS 1 stream, an actuator at QoS 1 acting once per event id. Must hold:
+  nothing the broker acknowledged lost, nothing actuated twice, no event decided twice by the
+  agent, reconnect p99 <= 2 s, a frozen broker noticed within 1.5 x keepalive, the retained
+  status true after each reconnection and after the stop; and the same through kills of the
+  agent itself.
 * **R4 planner and model faults** -- :mod:`._faults`: the model worker killed and stopped,
   exceptions, grammar errors, malformed, truncated and runaway outputs, cycled while tree hits
   arrive at 50 Hz. Must hold: no tree-hit miss, nothing invalid emitted or stored, live calls
@@ -331,6 +333,11 @@ async def _load(backend: TransformersBackend, seconds: float) -> dict[str, Any]:
         "rss_end_mb": end_mb,
         "rss_growth": (end_mb - start_mb) / start_mb if start_mb else None,
         "rss_slope_mb_per_min": _slope_per_min(warm),
+        # Memory that fills to a bound (the executor remembers ids for remember_ids_s, 10 min)
+        # slopes early and flattens: the second half says whether it kept growing.
+        "rss_slope_last_half_mb_per_min": _slope_per_min(
+            [p for p in rss if p[0] >= (rss[0][0] + rss[-1][0]) / 2]
+        ),
         "max_tasks": max(tasks, default=0),
         "dropped": 0,  # in process, every event is decided: nothing waits in a queue
     }
@@ -533,16 +540,23 @@ def _replays(backend: TransformersBackend, runs: int, say: Callable[[str], None]
 
 
 def run_reliability_bench(
-    backend: TransformersBackend, *, quick: bool, say: Callable[[str], None] = print
+    backend: TransformersBackend,
+    *,
+    quick: bool,
+    say: Callable[[str], None] = print,
+    load_minutes: float | None = None,
 ) -> dict[str, Any]:
     """Run R5, R8, R9, R4, R3, R10, then R1 + R7, then R2.
 
     R1 goes last: its loaded cores slow what the latency model learns, which would change what
-    the other rows' executor predicts.
+    the other rows' executor predicts. ``load_minutes``: how long R1 + R7 run (default 10, or
+    1/3 with ``quick``; the issue's R7 asks for 60).
     """
+    if load_minutes is not None and not load_minutes > 0:
+        raise ValueError(f"load_minutes must be > 0, got {load_minutes!r}")
     cases, kills, runs, stalls = (1_000, 100, 3, 5) if quick else (10_000, 1_000, 10, 20)
     faults = 5 if quick else 50
-    seconds = 20.0 if quick else 600.0
+    seconds = 60.0 * load_minutes if load_minutes else 20.0 if quick else 600.0
     out: dict[str, Any] = {}
     say(f"R5 hostile payloads: {cases} cases through a real agent")
     out["r5_hostile"] = asyncio.run(_hostile(backend, cases))
@@ -591,7 +605,8 @@ def run_reliability_bench(
         f"{r['max_ms']:.2f} ms; loop lag p99 {r['loop_lag_p99_ms']:.2f} ms; "
         f"{r['tree_deadline_misses']} misses, {r['invalid_actions']} invalid; RSS "
         f"{r['rss_start_mb']:.0f} -> {r['rss_end_mb']:.0f} MB "
-        f"({r['rss_slope_mb_per_min']:+.2f} MB/min), max tasks {r['max_tasks']}"
+        f"({r['rss_slope_mb_per_min']:+.2f} MB/min; second half "
+        f"{r['rss_slope_last_half_mb_per_min']:+.2f}), max tasks {r['max_tasks']}"
     )
     qos_s = 20.0 if quick else 300.0
     say(f"R2 QoS 1: 50 Hz for {qos_s:.0f} s over a real Mosquitto, numbered events")
@@ -610,6 +625,12 @@ def reliability_targets(r: dict[str, Any]) -> dict[str, tuple[float | None, str,
         "R1 decision p99 ms under load": (load["p99_ms"], "<=", 2.0),
         "R1 decision p99.9 ms under load": (load["p999_ms"], "<=", 5.0),
         "R7 RSS growth after warm-up": (load["rss_growth"], "<=", 0.05),
+        # "Slope ~ 0": the second half's slope would not add 5 % of RSS in an hour.
+        "R7 RSS slope in the second half, MB/min": (
+            load["rss_slope_last_half_mb_per_min"],
+            "<=",
+            0.05 * load["rss_start_mb"] / 60,
+        ),
         "R2 lost events at QoS 1": (r["r2_qos1"].get("lost"), "<=", 0),
         "R2 duplicate actuations": (r["r2_qos1"].get("duplicates"), "<=", 0),
         "R2 publish->action p99 ms": (r["r2_qos1"].get("p99_ms"), "<=", 10.0),
@@ -641,6 +662,7 @@ def _r3_targets(r3: dict[str, Any] | None) -> dict[str, tuple[float | None, str,
     return {
         "R3 events lost through broker crashes": (r3["lost"], "<=", 0),
         "R3 events actuated twice through broker crashes": (r3["actuated_twice"], "<=", 0),
+        "R3 events decided twice through broker crashes": (r3["decided_twice"], "<=", 0),
         "R3 reconnect p99 s": (r3["reconnect_p99_s"], "<=", 2.0),
         "R3 frozen broker detected, s (1.5 x keepalive)": (
             r3["freeze_detect_max_s"],
@@ -660,7 +682,8 @@ def _r3_agent_targets(r: dict[str, Any] | None) -> dict[str, tuple[float | None,
         return {}
     return {
         "R3 events lost through agent kills": (r["lost"], "<=", 0),
-        "R3 events actuated twice through agent kills": (r["doubled"], "<=", 0),
+        "R3 events actuated twice through agent kills": (r["actuated_twice"], "<=", 0),
+        "R3 events decided twice through agent kills": (r["decided_twice"], "<=", 0),
         "R3 restarts not from the snapshot": (r["kills"] - r["restarted_from_snapshot"], "<=", 0),
         "R3 kills without the will's offline": (0 if r["will_offline_every_kill"] else 1, "<=", 0),
     }

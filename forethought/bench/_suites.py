@@ -35,13 +35,14 @@ def run_bench(
     suite: str = "model",
     say: Callable[[str], None] = print,
     backend_url: str | None = None,
+    load_minutes: float | None = None,
 ) -> dict[str, Any]:
     """Run the suite's sections and return (and optionally write) the figures.
 
     ``suite``: ``model`` (the latency law and the model layer), ``planner``, ``executor``,
     ``reliability``, or ``all`` (the first three). ``backend_url`` (an inference server) runs
     the server suite instead: the law's figures for the server, side by side with the
-    in-process model.
+    in-process model. ``load_minutes``: how long the reliability suite's R1 + R7 run.
     """
     # A measurement script, step after step in the order the report prints: long, linear.
     t_start = time.perf_counter()
@@ -116,7 +117,9 @@ def run_bench(
             run_reliability_bench,
         )
 
-        report["reliability"] = run_reliability_bench(backend, quick=quick, say=say)
+        report["reliability"] = run_reliability_bench(
+            backend, quick=quick, say=say, load_minutes=load_minutes
+        )
         targets |= {k: _target(*v) for k, v in reliability_targets(report["reliability"]).items()}
     report["latency_profile"] = asdict(backend.latency.profile())
     report["seconds"] = time.perf_counter() - t_start
