@@ -90,6 +90,7 @@ def _bus(
         session_expiry_s=settings.session_expiry_s,
         outbox_size=settings.outbox_size,
         actions_qos=settings.actions_qos,
+        resend_window_s=settings.resend_window_s,
         security=settings.security(),
     )
     return mqtt_bus, f"{url}; events on {mqtt_bus.events_filter}", ident

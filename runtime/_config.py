@@ -51,9 +51,13 @@ class MqttConfig(BaseModel):
     lost connection (0: a clean session on every connection)."""
     outbox_size: int = Field(default=1024, ge=1)
     """The most decisions waiting for the broker's handshake (held through an outage)."""
-    actions_qos: Literal[1, 2] = 2
-    """QoS of the actions topic: 2 delivers each decision once through broker crashes; 1 for
-    brokers without QoS 2 (a crash can then deliver one twice: dedupe by the action's id)."""
+    actions_qos: Literal[1, 2] = 1
+    """QoS of the actions topic. Delivery is at least once either way (a broker crash can
+    deliver a decision twice: act once per the action's id); 2 only widens what a broker
+    that answers before saving (Mosquitto) can lose -- see :class:`MqttBus`."""
+    resend_window_s: float = Field(default=2.0, ge=0)
+    """Decisions completed this long before a lost connection are published again once it is
+    back: the broker may have restarted without them (0: never)."""
     username: str | None = None
     password: SecretStr | None = None
     password_file: Path | None = None

@@ -1,7 +1,7 @@
 """MqttBus: events from an MQTT broker, decisions back to it (aiomqtt 2.x, MQTT 5).
 
 Topics under ``forethought/<agent_id>/``: events arrive on ``events/#`` (configurable), each
-decision goes to ``actions`` at QoS 2 (and to the event's MQTT 5 response topic with its
+decision goes to ``actions`` at QoS 1 (and to the event's MQTT 5 response topic with its
 correlation data, when it carries one), malformed payloads are reported on ``errors``, and a
 retained ``status`` says ``{"online": true}`` on connecting, then carries the agent's
 :class:`HealthReport` (refreshed every ``health.interval_s``); the will publishes
@@ -12,20 +12,23 @@ resubscribes, counting outages and timing each reconnection. Incoming events wai
 queue; when it is full, a QoS 0 event pushes out the oldest (a stale event is worth least;
 counted), and a QoS 1 event waits, unacknowledged, for room: the broker holds the backlog.
 
-Nothing accepted is lost to an outage, and nothing is sent twice because of one, as far as
-the broker keeps its state (see the QoS 2 point):
+Nothing accepted is lost to an outage: delivery is at least once, and every action carries its
+event id so that an actuator acts once per id (:class:`ActedIds` does it in a line):
 
 * the session is persistent (``clean_start`` off, ``session_expiry_s``), so QoS 1 events that
   arrive while the agent is reconnecting wait for it at the broker;
-* decisions go out at QoS 2 (``actions_qos``) through one MQTT client kept for the bus's whole
-  life, whose session outlives each connection: a decision handed to it while the connection
-  is down, or whose handshake an outage cut, is sent again on the next connection by the
-  session itself -- the same packet id, flagged as a duplicate, or only its PUBREL if the
-  broker had already received it -- so a broker that kept its state takes it once. (With QoS
-  1, which some brokers are limited to, a decision whose PUBACK a dying broker never sent may
-  go out twice; and a broker that saves its state only after answering, as Mosquitto does,
-  can restart from an older one that delivers a decision twice or loses one to a reused
-  packet id: every action carries its event id, so an actuator can act once per id);
+* decisions go through one MQTT client kept for the bus's whole life, whose session outlives
+  each connection: a decision handed to it while the connection is down, or whose handshake
+  an outage cut, is sent again on the next connection by the session itself;
+* a broker that answers before it saves its state -- Mosquitto does, at QoS 1 and 2 -- and then
+  dies restarts without what it had acknowledged but not yet passed on, and the sender cannot
+  tell (R3 under load: 1-2 decisions lost in some runs of 20 kills, acknowledged 1-141 ms before
+  a kill). So decisions completed within ``resend_window_s`` before a lost connection are
+  published again, as new messages, once it is back; an actuator drops the copies by id;
+* QoS 1 by default: Mosquitto passes a QoS 2 message on only at its PUBREL, which widens that
+  window by a round trip, and a restarted broker answers a PUBREL for a handshake it forgot
+  with "complete" -- so at QoS 2 a decision completed on a later connection than it was handed
+  over on is published again too. QoS 2 (``actions_qos=2``) buys nothing through crashes here;
 * a redelivered event (the same id) is decided once -- the executor remembers ids -- and its
   decision is not handed to the session again: the ids whose decisions are out, or on their
   way, are remembered too;
@@ -135,6 +138,10 @@ class MqttStats:
     republished: int = 0
     """Decisions whose handshake completed on a later connection than the one they were
     handed to the session on (sent again by the session, not by us)."""
+    resent: int = 0
+    """Decisions published again, as new messages, after an outage (``resend_window_s``):
+    the broker may have restarted without them. An actuator acting once per id drops the
+    copies of those that had arrived."""
     outbox_dropped: int = 0
     """Decisions not handed to the session because ``outbox_size`` were waiting already (their
     events stay unacknowledged: the broker sends them again)."""
@@ -168,8 +175,9 @@ class MqttBus:
             QoS 1 events) after the connection is lost (0: a clean session each time).
         outbox_size: the most decisions waiting in the session for their handshake (held
             through an outage); past it an event stays unacknowledged until there is room.
-        actions_qos: 2 (the default: exactly once through broker crashes, see above) or 1,
-            for brokers without QoS 2.
+        actions_qos: 1 (the default) or 2; see above for why not 2 through broker crashes.
+        resend_window_s: decisions whose handshake completed this long before a connection
+            was lost are published again once it is back (0: never); see above.
         remember_published: how many published event ids are remembered, so a redelivered
             event's decision is not published twice.
 
@@ -191,7 +199,8 @@ class MqttBus:
         session_expiry_s: int = 300,
         outbox_size: int = 1024,
         remember_published: int = 65_536,
-        actions_qos: int = 2,
+        actions_qos: int = 1,
+        resend_window_s: float = 2.0,
     ) -> None:
         self._host, self._port, self._tls = parse_broker_url(url)
         self._security = security or MqttSecurity()
@@ -201,6 +210,8 @@ class MqttBus:
             raise ConfigError("queue_size", queue_size, "must be at least 1")
         if actions_qos not in (1, 2):
             raise ConfigError("actions_qos", actions_qos, "must be 1 or 2")
+        if not resend_window_s >= 0:
+            raise ConfigError("resend_window_s", resend_window_s, "must be >= 0")
         base = f"forethought/{agent_id}"
         self.agent_id = agent_id
         self.events_filter = events_filter or f"{base}/events/#"
@@ -230,6 +241,9 @@ class MqttBus:
         """Decisions waiting: packet id -> the reason code of the handshake that completes it
         (replies are not tracked: nothing waits on them, and they do not count against
         ``outbox_size``)."""
+        self._resend_s = resend_window_s
+        self._recent: deque[tuple[float, bytes]] = deque(maxlen=outbox_size)
+        """(loop time its handshake completed, body) of the latest decisions."""
         self._published: OrderedDict[str, None] = OrderedDict()
         self._sending: set[str] = set()
         self._remember = remember_published
@@ -333,6 +347,7 @@ class MqttBus:
         if self._lost_at is not None:
             loop = asyncio.get_running_loop()
             self.stats.reconnect_s.append(loop.time() - self._lost_at)
+            self._resend_recent(self._lost_at)
             self._lost_at = None
         self._connected.set()
         prober = asyncio.create_task(
@@ -492,11 +507,33 @@ class MqttBus:
             self._ack(event.id)
             return
         self.stats.published += 1
+        now = asyncio.get_running_loop().time()
         if not connected or generation != self._generation:
             self.stats.republished += 1
-        self._heard_at = asyncio.get_running_loop().time()  # its handshake came
+            if self._actions_qos == 2 and self._resend_s > 0:
+                # A PUBREL sent again to a restarted broker is answered "complete" whether
+                # or not it still knew the decision (Mosquitto 2.0): it may never have gone on.
+                self._resend(body)
+        self._recent.append((now, body))
+        self._heard_at = now  # its handshake came
         self._remember_published(event.id)
         self._ack(event.id)
+
+    def _resend_recent(self, lost_at: float) -> None:
+        """Publish again the decisions completed within the window before ``lost_at``.
+
+        Not those completed since: their handshake was with the broker as it is now.
+        """
+        if self._resend_s > 0:
+            for done_at, body in self._recent:
+                if lost_at - self._resend_s <= done_at <= lost_at:
+                    self._resend(body)
+
+    def _resend(self, body: bytes) -> None:
+        """A decision again, as a new message (the same bytes); nothing waits for it."""
+        with contextlib.suppress(aiomqtt.MqttError):  # paho's own limits: it was sent once
+            self._queue(self.actions_topic, body, self._actions_qos, None)
+            self.stats.resent += 1
 
     def _hand_over(self, topic: str, body: bytes, qos: int) -> asyncio.Future[int]:
         """Queue a decision in the session; a future of its handshake's reason code."""

@@ -146,10 +146,10 @@ def test_tree_hits_hold_under_load(tiny_backend: TransformersBackend) -> None:
     assert out["events"] == 2000
     assert out["tree_deadline_misses"] == 0
     assert out["invalid_actions"] == 0
-    # The abuse happened: the model generated for a second or more of the ten. (Not a share
-    # near what a run shows, 0.30-0.5 here: the planner runs out of keys it values, so a faster
-    # machine is busy for less of the run -- a clean-clone CI run measured 0.2998.)
-    assert out["planner_busy_fraction"] > 0.1
+    # The abuse happened: the planner wrote into a full tree for most of the run, each branch
+    # pushing an older one out (400 keys, a tree of 256: it never runs out of work).
+    assert out["planner_busy_fraction"] > 0.5
+    assert out["evicted_during"] > 0
     assert out["max_tasks"] < 50
     assert out["rss_start_mb"] > 0
 

@@ -98,13 +98,15 @@ async def _in_process(agent: Agent, n: int, hz: float) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     assert agent.planner is not None
     fp = agent.state.fingerprint
-    hits = [n_.key for n_ in agent.tree.branches(fp)]
+    tree = agent.tree
+    hits = [n_.key for n_ in tree.branches(fp)]
     rng = random.Random(5)
     lat = _Micros()
     lag = _Micros()  # how late the loop woke for the tick: timer granularity + stalls
     misses = invalid = 0
     schema = agent.schema
-    busy0 = agent.planner.stats.busy_s
+    busy0, planned0 = agent.planner.stats.busy_s, agent.planner.stats.branches
+    evicted0 = tree.evictions
     start = loop.time() + 0.05
     for i in range(n):
         tick = start + i / hz
@@ -112,6 +114,11 @@ async def _in_process(agent: Agent, n: int, hz: float) -> dict[str, Any]:
         if delay > 0:
             await asyncio.sleep(delay)
         key = rng.choice(hits)
+        if tree.lookup(fp, key) is None:
+            # Evicted while the planner writes into a full tree: a tree hit is drawn from
+            # what the tree holds now (one dict access per event when nothing moved).
+            hits = [n_.key for n_ in tree.branches(fp)]
+            key = rng.choice(hits)
         arrived = loop.time()
         lag.add(arrived - tick)
         ev = Event(f"ip{i}", key.type, dict(key.params), arrived_at=arrived)
@@ -137,6 +144,8 @@ async def _in_process(agent: Agent, n: int, hz: float) -> dict[str, Any]:
         "loop_lag_max_ms": lag.max_s * 1e3,
         "invalid_actions": invalid,
         "planner_busy_fraction": (agent.planner.stats.busy_s - busy0) / wall,
+        "planned_during": agent.planner.stats.branches - planned0,
+        "evicted_during": tree.evictions - evicted0,
     }
 
 
