@@ -200,7 +200,7 @@ class MqttBus:
         outbox_size: int = 1024,
         remember_published: int = 65_536,
         actions_qos: int = 1,
-        resend_window_s: float = 2.0,
+        resend_window_s: float = 0.5,
     ) -> None:
         self._host, self._port, self._tls = parse_broker_url(url)
         self._security = security or MqttSecurity()

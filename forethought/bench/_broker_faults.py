@@ -183,7 +183,7 @@ async def run_broker_faults(
     session_expiry_s: int = 300,
     actions_qos: int = 1,
     actuator_qos: int = 1,
-    resend_window_s: float = 2.0,
+    resend_window_s: float = 0.5,
 ) -> dict[str, Any]:
     """R3: ``kills`` SIGKILLs and ``freezes`` SIGSTOPs of a persistent Mosquitto.
 
