@@ -56,10 +56,10 @@ class MqttConfig(BaseModel):
     deliver a decision twice: act once per the action's id); 2 only widens what a broker
     that answers before saving (Mosquitto) can lose -- see :class:`MqttBus`."""
     resend_window_s: float = Field(default=0.5, ge=0)
-    """Decisions completed this long before a lost connection are published again once it is
-    back: the broker may have restarted without them (0: never). 0.5 s: 3.5 x the longest gap
-    between a lost decision's completion and the kill seen in R3 under load (141 ms); each
-    outage sends again what completed in it (25 decisions at 50 Hz)."""
+    """Decisions completed this long before the broker was last heard, or since, are published
+    again once a lost connection is back: it may have restarted without them (0: never).
+    0.5 s: 3.5 x the longest gap between a lost decision's completion and the kill seen in R3
+    under load (141 ms); each outage sends again what completed in it (25 decisions at 50 Hz)."""
     username: str | None = None
     password: SecretStr | None = None
     password_file: Path | None = None

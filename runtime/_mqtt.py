@@ -23,8 +23,9 @@ event id so that an actuator acts once per id (:class:`ActedIds` does it in a li
 * a broker that answers before it saves its state -- Mosquitto does, at QoS 1 and 2 -- and then
   dies restarts without what it had acknowledged but not yet passed on, and the sender cannot
   tell (R3 under load: 1-2 decisions lost in some runs of 20 kills, acknowledged 1-141 ms before
-  a kill). So decisions completed within ``resend_window_s`` before a lost connection are
-  published again, as new messages, once it is back; an actuator drops the copies by id;
+  a kill). So decisions completed within ``resend_window_s`` before the broker was last heard,
+  or since, are published again, as new messages, once a lost connection is back; an actuator
+  drops the copies by id;
 * QoS 1 by default: Mosquitto passes a QoS 2 message on only at its PUBREL, which widens that
   window by a round trip, and a restarted broker answers a PUBREL for a handshake it forgot
   with "complete" -- so at QoS 2 a decision completed on a later connection than it was handed
@@ -176,8 +177,9 @@ class MqttBus:
         outbox_size: the most decisions waiting in the session for their handshake (held
             through an outage); past it an event stays unacknowledged until there is room.
         actions_qos: 1 (the default) or 2; see above for why not 2 through broker crashes.
-        resend_window_s: decisions whose handshake completed this long before a connection
-            was lost are published again once it is back (0: never); see above.
+        resend_window_s: decisions whose handshake completed this long before the broker was
+            last heard, or since, are published again once a lost connection is back (0:
+            never); see above.
         remember_published: how many published event ids are remembered, so a redelivered
             event's decision is not published twice.
 
@@ -249,6 +251,8 @@ class MqttBus:
         self._remember = remember_published
         self._lost_at: float | None = None
         self._heard_at = 0.0
+        self._quiet_from = 0.0
+        """When the broker was last heard before the connection was lost."""
         self._unacked: dict[str, list[tuple[int, int]]] = {}
         self.stats = MqttStats()
 
@@ -286,6 +290,7 @@ class MqttBus:
                 if self._connected.is_set():
                     self.stats.outages += 1
                     self._lost_at = asyncio.get_running_loop().time()
+                    self._quiet_from = self._heard_at
                 reason = refusal(exc)
                 if reason is not None:  # the same on every retry: say why and stop
                     raise ConfigError("mqtt", f"{self._host}:{self._port}", reason) from None
@@ -341,13 +346,18 @@ class MqttBus:
         """Serve one connection until it fails (it ends only by an exception)."""
         self._generation += 1
         self._unacked.clear()  # unacknowledged there: the broker sends them again
-        await client.subscribe(self.events_filter, qos=1)
-        await client.publish(self.status_topic, b'{"online":true}', qos=1, retain=True)
+        # A broker that does not answer within half a keepalive is taken for a silent one, as
+        # the probe takes it (aiomqtt's own 5 s would hold a deaf connection that long).
+        answer_s = min(5.0, self._keepalive / 2)
+        await client.subscribe(self.events_filter, qos=1, timeout=answer_s)
+        await client.publish(
+            self.status_topic, b'{"online":true}', qos=1, retain=True, timeout=answer_s
+        )
         self.stats.connects += 1
         if self._lost_at is not None:
             loop = asyncio.get_running_loop()
             self.stats.reconnect_s.append(loop.time() - self._lost_at)
-            self._resend_recent(self._lost_at)
+            self._resend_recent(min(self._quiet_from, self._lost_at), self._lost_at)
             self._lost_at = None
         self._connected.set()
         prober = asyncio.create_task(
@@ -392,6 +402,7 @@ class MqttBus:
                 self.stats.outages += 1
                 self.stats.unanswered_probes += 1
                 self._lost_at = loop.time()
+                self._quiet_from = self._heard_at
                 self._connected.clear()
                 log.warning("mqtt broker %s:%s stopped answering", self._host, self._port)
                 # Not a polite DISCONNECT: a frozen broker would read it on waking as a
@@ -519,14 +530,16 @@ class MqttBus:
         self._remember_published(event.id)
         self._ack(event.id)
 
-    def _resend_recent(self, lost_at: float) -> None:
-        """Publish again the decisions completed within the window before ``lost_at``.
+    def _resend_recent(self, quiet_from: float, lost_at: float) -> None:
+        """Publish again what completed from a window before the broker went quiet on.
 
-        Not those completed since: their handshake was with the broker as it is now.
+        From the last time it was heard, not from the loss: a broker that froze (and was then
+        killed, as a watchdog would) went quiet seconds before the loss was noticed. Not
+        those completed since the loss: their handshake was with the broker as it is now.
         """
         if self._resend_s > 0:
             for done_at, body in self._recent:
-                if lost_at - self._resend_s <= done_at <= lost_at:
+                if quiet_from - self._resend_s <= done_at <= lost_at:
                     self._resend(body)
 
     def _resend(self, body: bytes) -> None:

@@ -510,6 +510,30 @@ async def test_a_decision_a_killed_broker_acknowledged_but_never_passed_on_is_se
     assert bus.stats.resent == (1 if resend_window_s else 0)
 
 
+async def test_a_decision_before_a_broker_froze_and_was_killed_is_sent_again(
+    broker: Broker, agent_id: str
+) -> None:
+    # As above, but the broker freezes first and is killed 1 s later (what a watchdog does to
+    # a hung broker), before the agent's probe noticed: the decision completed 1 s before the
+    # loss, outside a window counted back from the loss. The window counts back from when the
+    # broker was last heard. Checked to fail when it counted from the loss (nothing arrived).
+    async with (
+        Swallower(broker.port, kind=3, to_broker=False) as proxy,
+        crashing(broker, agent_id, broker.port, proxy.port) as (agent, bus, got, ev),
+    ):
+        proxy.swallow = True
+        await bus.publish(ev, await agent.decide(ev))
+        assert await until(lambda: proxy.swallowed == 1, 10.0) is not None
+        broker.freeze()
+        await asyncio.sleep(1.0)  # > resend_window_s (0.5 s), < the probe's 1.25 x keepalive
+        assert bus.connected
+        broker.stop()
+        broker.start()
+        proxy.swallow = False
+    assert got == ["e8"], bus.stats
+    assert bus.stats.resent == 1
+
+
 @pytest.mark.parametrize("resend_window_s", [0.5, 0.0])
 async def test_a_qos2_decision_a_restarted_broker_forgot_mid_handshake_is_sent_again(
     broker: Broker, agent_id: str, resend_window_s: float
@@ -553,3 +577,23 @@ def test_bad_delivery_settings_are_named() -> None:
     with pytest.raises(ConfigError, match="resend_window_s"):
         AgentConfig.defaults(mqtt={"resend_window_s": -1})
     assert AgentConfig.defaults().mqtt.actions_qos == 1
+
+
+async def test_a_broker_that_does_not_answer_the_subscribe_is_left_within_half_a_keepalive(
+    broker: Broker, agent_id: str
+) -> None:
+    # A connection that hears nothing (R3: one reconnection took 5.2 s, aiomqtt's own timeout,
+    # as aiomqtt 2.x failed to register the new socket for reading: "Exception in callback
+    # add_reader", logged at the same time). Here the broker's SUBACK is swallowed once: the
+    # bus gives up on that connection after half a keepalive (1 s) and is subscribed on the
+    # next one. Checked to fail with aiomqtt's 5 s (not connected within 3.5 s).
+    async with Swallower(broker.port, kind=9, to_broker=False) as proxy:
+        proxy.swallow = True
+        bus = MqttBus(url=f"mqtt://127.0.0.1:{proxy.port}", agent_id=agent_id, keepalive=2)
+        backend = ScriptedBackend(score_s=0.001, live_s=0.001, action={"a": "go"})
+        async with Agent(SPEC, backend=backend, bus=bus, config=AgentConfig()):
+            assert await until(lambda: proxy.swallowed == 1, 5.0) is not None
+            proxy.swallow = False
+            await bus.wait_connected(3.5)
+        assert bus.stats.connects == 1
+        assert proxy.swallowed == 1
