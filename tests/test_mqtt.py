@@ -513,8 +513,8 @@ async def test_a_decision_a_killed_broker_acknowledged_but_never_passed_on_is_se
 async def test_a_decision_before_a_broker_froze_and_was_killed_is_sent_again(
     broker: Broker, agent_id: str
 ) -> None:
-    # As above, but the broker freezes first and is killed 1 s later (what a watchdog does to
-    # a hung broker), before the agent's probe noticed: the decision completed 1 s before the
+    # As above, but the broker freezes first and is killed 0.75 s later (what a watchdog does to
+    # a hung broker), before the agent's probe asked: the decision completed 0.75 s before the
     # loss, outside a window counted back from the loss. The window counts back from when the
     # broker was last heard. Checked to fail when it counted from the loss (nothing arrived).
     async with (
@@ -525,7 +525,9 @@ async def test_a_decision_before_a_broker_froze_and_was_killed_is_sent_again(
         await bus.publish(ev, await agent.decide(ev))
         assert await until(lambda: proxy.swallowed == 1, 10.0) is not None
         broker.freeze()
-        await asyncio.sleep(1.0)  # > resend_window_s (0.5 s), < the probe's 1.25 x keepalive
+        # > resend_window_s (0.5 s); < half a keepalive (1 s), after which the probe asks, and
+        # the answer a thawed broker gives before the kill would count as heard.
+        await asyncio.sleep(0.75)
         assert bus.connected
         broker.stop()
         broker.start()
