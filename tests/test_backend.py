@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from forethought.planner import (
     CancelSignal,
     GenerationStatus,
+    LoopClock,
     ModelBackend,
+    Pass,
     TransformersBackend,
 )
 from forethought.policies import ActionSchema, NotStarted
 
 pytestmark = pytest.mark.model
+
+_T = TypeVar("_T")
 
 
 async def test_async_lifecycle_and_calls(tiny_model_dir: Path, robot_schema: ActionSchema) -> None:
@@ -79,13 +86,45 @@ async def test_event_loop_stays_responsive_during_a_call(
         assert g.finished_at <= loop.time()
 
 
+class _HeldClock(LoopClock):
+    """The loop's clock, except that once armed it holds the next forward pass until released.
+
+    It lets a test cancel a call while the worker is surely mid-call, however fast the
+    machine decodes (a fixed sleep raced a fast CI machine that finished all 450 tokens).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.armed = False
+        self.held = False
+        self.passes_after_release = 0
+        self.holding = asyncio.Event()  # set on the loop once the worker is held
+        self.release = threading.Event()
+        self._held_on = loop
+
+    def timed(self, work: Callable[[], _T], shape: Pass) -> tuple[_T, float]:
+        if self.armed:
+            if not self.held:
+                self.held = True
+                self._held_on.call_soon_threadsafe(self.holding.set)
+                self.release.wait(timeout=30)
+            else:
+                self.passes_after_release += 1
+        return super().timed(work, shape)
+
+    def end_call(self) -> None:
+        self.armed = False  # count only the held call's passes
+        super().end_call()
+
+
 async def test_cancelling_the_await_stops_the_worker(
     tiny_model_dir: Path, robot_schema: ActionSchema
 ) -> None:
+    loop = asyncio.get_running_loop()
+    clock = _HeldClock(loop)
     async with TransformersBackend(
-        model=str(tiny_model_dir), device="cpu", dtype="float32"
+        model=str(tiny_model_dir), device="cpu", dtype="float32", clock=clock
     ) as backend:
-        loop = asyncio.get_running_loop()
         cancel = CancelSignal()
         long_schema = ActionSchema.from_json_schema(
             {
@@ -94,6 +133,7 @@ async def test_cancelling_the_await_stops_the_worker(
                 "required": ["x"],
             }
         )
+        clock.armed = True
         task = asyncio.create_task(
             backend.generate(
                 "ctx",
@@ -104,15 +144,18 @@ async def test_cancelling_the_await_stops_the_worker(
                 cancel=cancel,
             )
         )
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(clock.holding.wait(), 30)  # the worker is in its first pass
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert cancel.cancelled
+        clock.release.set()
         # The worker is free again within a step: the next call starts promptly.
         t0 = time.monotonic()
         (g,) = await backend.generate("ctx", ["next"], robot_schema, deadline=loop.time() + 60)
         assert g.started_at - t0 < 0.2
+        # It stopped after the held pass, not after the 400 characters asked for.
+        assert clock.passes_after_release == 0
 
 
 async def test_a_call_before_the_start_raises_not_started(
