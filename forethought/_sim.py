@@ -267,6 +267,7 @@ def run_matrix(
     header = (
         f"{'scenario':<22}{'profile':<19}{'strategy':<11}"
         f"{'correct_in_time':>16}{'answered_in_time':>17}{'fallback':>9}{'fidelity':>9}"
+        f"{'waste':>9}"
     )
     print(header)
     for path in paths:
@@ -279,6 +280,7 @@ def run_matrix(
             add_references(scenario, runs, backend, refs)
             for sname, run in runs.items():
                 m = metrics(run)
+                planned = m["planner"] or {}
                 row = {
                     "scenario": scenario.name,
                     "profile": pname,
@@ -296,12 +298,17 @@ def run_matrix(
                             "graded",
                         )
                     },
+                    # Planner work nobody asked for (None: the strategy runs no planner).
+                    "waste": planned.get("waste"),
+                    "branches_used": planned.get("used"),
+                    "branches_generated": planned.get("generated"),
                 }
                 rows.append(row)
                 print(
                     f"{scenario.name:<22}{pname:<19}{sname:<11}"
                     f"{_pc(m['correct_in_time']):>16}{_pc(m['answered_in_time']):>17}"
-                    f"{_pc(m['fallback_rate']):>9}{_pc(m['fidelity']):>9}",
+                    f"{_pc(m['fallback_rate']):>9}{_pc(m['fidelity']):>9}"
+                    f"{_pc(row['waste']):>9}",
                     flush=True,
                 )
     if json_path is not None:
