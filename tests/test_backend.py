@@ -66,13 +66,12 @@ class _HeldClock(LoopClock):
         self.passes_after_release = 0
         self.holding = asyncio.Event()  # set on the loop once the worker is held
         self.release = threading.Event()
-        self._held_on = loop
 
     def timed(self, work: Callable[[], _T], shape: Pass) -> tuple[_T, float]:
         if self.armed:
             if not self.held:
                 self.held = True
-                self._held_on.call_soon_threadsafe(self.holding.set)
+                self._loop.call_soon_threadsafe(self.holding.set)
                 self.release.wait(timeout=30)
             else:
                 self.passes_after_release += 1
