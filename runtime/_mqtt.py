@@ -357,7 +357,7 @@ class MqttBus:
         if self._lost_at is not None:
             loop = asyncio.get_running_loop()
             self.stats.reconnect_s.append(loop.time() - self._lost_at)
-            self._resend_recent(min(self._quiet_from, self._lost_at), self._lost_at)
+            self._resend_recent(self._quiet_from, self._lost_at)
             self._lost_at = None
         self._connected.set()
         prober = asyncio.create_task(
