@@ -67,17 +67,18 @@ class PlannerConfig(BaseModel):
     """Learn how the state changes from outside (patches) and plan for the states it leads to."""
     learn: bool = True
     """Learn the event stream (off: the declared weights alone predict the next event)."""
-    min_value: float = Field(default=1e-3, ge=0)
-    """Branches worth less than this are not planned: the planner sleeps instead. It is a
-    chance within the horizon, so it cuts harder the shorter the horizon. Where no live tier
-    exists a branch displaces nothing, so this floor alone decides how much speculative work
-    is done: raise it to spend less model time (0.05 cut conveyor-sorter's waste from 59 to
-    43 % at the same coverage, but left the planner bench's 30-key space, horizon 2, covering
-    52 % of the next event's mass with idle time, against a target of 95 %: README)."""
+    min_rate: float = Field(default=3e-3, ge=0, le=1)
+    """Branches expected to answer fewer than this many events per event of the horizon
+    (expected uses within the horizon / ``horizon``, x urgency) are not planned: the planner
+    sleeps instead. A rate, not a chance within the horizon, so one floor means the same at a
+    horizon of 1 and of 16. Where no live tier exists a branch displaces nothing, so this floor
+    alone decides how much speculative work is done: raise it to spend less model time, at
+    the cost of the rarest keys (0: plan every uncovered key the look-ahead reaches). 3e-3 is
+    a chance of 0.05 within the default 16 events; README: the frontier it was read from."""
     cost_weight: float = Field(default=1.0, ge=0)
     """A branch is planned only when its value exceeds ``cost_weight`` x its cost: the
     live-tier work it displaces (:meth:`Planner.branch_cost`). 0: plan everything above
-    ``min_value``."""
+    ``min_rate``."""
     method: Literal["auto", "generate", "score"] = "auto"
     """How branches are written: ``generate`` (constrained generation, a batch of branches
     sharing one prefix), ``score`` (one forward pass ranks every candidate action for one
@@ -86,7 +87,7 @@ class PlannerConfig(BaseModel):
     prior_gap_s: float | None = Field(default=None, gt=0)
     """The event gap assumed until two events have been seen, by the cost rule and the pace of
     the look-ahead (None: no cost and no pace until then, so a fresh agent plans everything
-    above ``min_value``, in every state it may reach)."""
+    above ``min_rate``, in every state it may reach)."""
     relaxed_urgency: float = Field(default=0.3, ge=0, le=1)
     """Urgency of an event the live tiers could still answer in time."""
     margin_s: float = Field(default=0.02, ge=0)
@@ -392,8 +393,8 @@ class Planner:
         """Uncovered branches worth planning, most valuable first.
 
         Value = chance the branch is needed within the horizon x its type's urgency
-        (:func:`look_ahead`). A branch is kept when its value reaches ``min_value`` and its
-        cost (:meth:`branch_cost`). Runs on the event loop after every observed event: the
+        (:func:`look_ahead`). A branch is kept when its expected uses per event of the horizon
+        (x urgency) reach ``min_rate`` and its value reaches its cost (:meth:`branch_cost`). Runs on the event loop after every observed event: the
         look-ahead prunes unlikely states so it stays in the milliseconds.
         """
         now = self._now()
@@ -401,7 +402,7 @@ class Planner:
         urgency = self._urgencies()
         # The model-time figures once per ranking: this runs on the loop after every event.
         way, seconds = self._writing()
-        floor = max(cfg.min_value, self._cost(urgency, seconds))
+        cost = self._cost(urgency, seconds)
         found: dict[tuple[str, EventKey], Expected] = {}
         need: dict[tuple[str, EventKey], float] = {}
         for e in look_ahead(
@@ -424,10 +425,12 @@ class Planner:
         for ident, uses in cover(need, self._space, self._agreement):
             e = found[ident]
             p_used = 1.0 - math.exp(-uses)
-            value = p_used * urgency[e.key.type]
-            if value < floor:
-                if value >= cfg.min_value:
-                    self.stats.below_cost += 1
+            weight = urgency[e.key.type]
+            if uses / cfg.horizon * weight < cfg.min_rate:
+                continue
+            value = p_used * weight
+            if value < cost:
+                self.stats.below_cost += 1
                 continue
             out.append(Branch(e.state, e.key, p_used, value, e.next_fingerprint))
         out.sort(key=lambda b: -b.value)

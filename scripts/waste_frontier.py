@@ -1,9 +1,9 @@
-"""Coverage against waste as the planner's value floor rises, per scenario (strategy ``tree``).
+"""Coverage against waste as the planner's floor rises, per scenario (strategy ``tree``).
 
-    .venv/bin/python scripts/waste_frontier.py [--floors 0.001,0.05,0.15] [NAME ...]
+    .venv/bin/python scripts/waste_frontier.py [--floors 0.0001,0.003,0.01] [NAME ...]
 
-With no live tier to displace, the planner writes every branch whose value (its chance to
-answer an event within the horizon) reaches ``planner.min_value``. Raising that floor trades
+With no live tier to displace, the planner writes every branch whose expected uses per event
+of the horizon reach ``planner.min_rate``. Raising that floor trades
 answered events for fewer never-used branches; this prints the trade per shipped scenario
 (one replay per floor on the scenario's fixed profile, SmolLM2, references shared so fidelity
 compares like with like), so a claim about waste can be read next to what it costs.
@@ -30,7 +30,7 @@ def main() -> None:
     """Print one line per scenario and floor."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--floors", default="0.001,0.05,0.15")
+    ap.add_argument("--floors", default="0.0001,0.003,0.01")
     ap.add_argument("names", nargs="*", help="scenario names (default: every shipped one)")
     args = ap.parse_args()
     floors = [float(f) for f in args.floors.split(",")]
@@ -48,7 +48,7 @@ def main() -> None:
                 backend,
                 strategies=("tree",),
                 profile=profile,
-                planner=PlannerConfig(min_value=floor),
+                planner=PlannerConfig(min_rate=floor),
             )
             add_references(sc, runs, backend, cache=refs)
             m = metrics(runs["tree"])

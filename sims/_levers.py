@@ -8,7 +8,7 @@ with like. Levers are added one at a time, in the order of issue 10:
 ``none``
     every lever off: the fingerprint covers every state field, the planner looks one event
     ahead in the current state, trusts the declared weights, and plans everything above
-    ``min_value``;
+    ``min_rate``;
 ``+abstraction``
     the spec's ``state_fields`` per event type, state grids and state tolerance;
 ``+look-ahead``

@@ -290,7 +290,7 @@ async def test_planner_plans_the_next_state_on_the_tiny_model(
         robot_schema,
         tree=tree,
         state=start,
-        config=PlannerConfig(batch_size=4, horizon=12, cost_weight=0.0, min_value=0.02),
+        config=PlannerConfig(batch_size=4, horizon=12, cost_weight=0.0, min_rate=0.002),
     )
     # the world changes from outside: the battery dropped a cell, twice, over 10 events
     state = start
@@ -468,7 +468,7 @@ async def test_planner_writes_branches_by_scoring_on_the_tiny_model(
         schema,
         tree=tree,
         state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
-        config=PlannerConfig(method="score", horizon=1, min_value=0.05, cost_weight=0.0),
+        config=PlannerConfig(method="score", horizon=1, min_rate=0.05, cost_weight=0.0),
         candidates=cands,
     )
     assert planner.method() == "score"
@@ -614,7 +614,7 @@ async def test_planner_learns_whether_neighbours_agree_and_writes_accordingly(
             schema,
             tree=tree,
             description="d",
-            config=PlannerConfig(horizon=4, batch_size=2, min_value=0.2, cost_weight=0.0),
+            config=PlannerConfig(horizon=4, batch_size=2, min_rate=0.05, cost_weight=0.0),
             live_tiers=False,
         )
         await plan_until_idle(planner)

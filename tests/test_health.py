@@ -31,7 +31,7 @@ SPEC = AgentSpec.from_data(FAULTS_SPEC)
 def _config(**health: Any) -> AgentConfig:
     return AgentConfig.defaults(
         planner=PlannerConfig(
-            batch_size=2, horizon=1, min_value=0.0, cost_weight=0.0, learn=False,
+            batch_size=2, horizon=1, min_rate=0.0, cost_weight=0.0, learn=False,
             method="generate", max_new_tokens=16, retry_base_s=3.0,
         ),
         health=HealthConfig(**health),

@@ -116,7 +116,7 @@ async def test_replans_after_a_state_change(
 async def test_plans_past_the_next_event_with_effects(
     running_tiny: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
-    planner, tree = make_planner(running_tiny, robot_schema, horizon=2, batch_size=8, min_value=0.0)
+    planner, tree = make_planner(running_tiny, robot_schema, horizon=2, batch_size=8, min_rate=0.0)
     async with asyncio.TaskGroup() as tg:
         task = tg.create_task(planner.run(), name="forethought.planner")
         await run_until_asleep(planner)
@@ -133,7 +133,11 @@ async def test_yields_the_model_to_an_urgent_caller_within_a_step(
     long_schema = ActionSchema.from_json_schema(
         {
             "type": "object",
-            "properties": {"say": {"type": "string", "minLength": 300}},
+            # Digits only: each is one token in this vocabulary, so a batch surely takes 300+
+            # passes (a bare minLength let the random model fill it with 12-character tokens).
+            "properties": {
+                "say": {"type": "string", "pattern": "^[0-9]+$", "minLength": 300, "maxLength": 300}
+            },
             "required": ["say"],
         }
     )

@@ -352,7 +352,7 @@ async def run_agent_kills(
         config.write_text(
             f'model = "{model}"\nsnapshot = "{Path(tmp) / "tree.json"}"\n'
             "snapshot_interval_s = 1.0\n"
-            "[planner]\nbatch_size = 2\nhorizon = 1\nmin_value = 0.0\ncost_weight = 0.0\n"
+            "[planner]\nbatch_size = 2\nhorizon = 1\nmin_rate = 0.0\ncost_weight = 0.0\n"
             "learn = false\n[mqtt]\nkeepalive = 2\n[health]\ninterval_s = 0.5\n"
         )
         cmd = _agent_command(spec, config, broker.url, agent_id)

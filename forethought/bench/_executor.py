@@ -160,9 +160,9 @@ async def _mqtt_run(
     qos: int = 0,
 ) -> dict[str, Any]:
     bus = MqttBus(url=f"mqtt://127.0.0.1:{port}", agent_id="bench")
-    # The planner generates throughout here too (min_value 0: every uncovered key is work).
+    # The planner generates throughout here too (min_rate 0: every uncovered key is work).
     cfg = AgentConfig.defaults(
-        planner=PlannerConfig(batch_size=4, horizon=1, min_value=0.0, cost_weight=0.0)
+        planner=PlannerConfig(batch_size=4, horizon=1, min_rate=0.0, cost_weight=0.0)
     )
     agent = Agent(spec, backend=backend, bus=bus, config=cfg)
     sent: dict[str, float] = {}
@@ -239,7 +239,7 @@ async def _zenoh_run(
     port = free_port()
     bus = ZenohBus(agent_id="bench", listen=[f"tcp/127.0.0.1:{port}"])
     cfg = AgentConfig.defaults(
-        planner=PlannerConfig(batch_size=4, horizon=1, min_value=0.0, cost_weight=0.0)
+        planner=PlannerConfig(batch_size=4, horizon=1, min_rate=0.0, cost_weight=0.0)
     )
     agent = Agent(spec, backend=backend, bus=bus, config=cfg)
     loop = asyncio.get_running_loop()
@@ -306,7 +306,7 @@ async def _one_mode(
 ) -> dict[str, Any]:
     spec = AgentSpec.from_data(SPEC)
     cfg = AgentConfig.defaults(
-        planner=PlannerConfig(batch_size=4, horizon=1, min_value=0.0, cost_weight=0.0)
+        planner=PlannerConfig(batch_size=4, horizon=1, min_rate=0.0, cost_weight=0.0)
     )
     out: dict[str, Any] = {}
     async with Agent(spec, backend=backend, config=cfg) as agent:

@@ -273,7 +273,7 @@ async def run_model_faults(model: str, each: int) -> dict[str, Any]:
         planner=PlannerConfig(
             batch_size=2,
             horizon=1,
-            min_value=0.0,
+            min_rate=0.0,
             cost_weight=0.0,
             # The declared weights, not the 50 Hz heartbeats, say what to plan: otherwise the
             # stream teaches the planner that nothing but heartbeats comes, and it idles.

@@ -316,7 +316,7 @@ async def _load(backend: TransformersBackend, seconds: float) -> dict[str, Any]:
         planner=PlannerConfig(
             batch_size=4,
             horizon=1,
-            min_value=0.0,
+            min_rate=0.0,
             cost_weight=0.0,
             learn=False,
             method="generate",
