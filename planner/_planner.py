@@ -394,8 +394,9 @@ class Planner:
 
         Value = chance the branch is needed within the horizon x its type's urgency
         (:func:`look_ahead`). A branch is kept when its expected uses per event of the horizon
-        (x urgency) reach ``min_rate`` and its value reaches its cost (:meth:`branch_cost`). Runs on the event loop after every observed event: the
-        look-ahead prunes unlikely states so it stays in the milliseconds.
+        (x urgency) reach ``min_rate`` and its value reaches its cost (:meth:`branch_cost`).
+        Runs on the event loop after every observed event: the look-ahead prunes unlikely
+        states so it stays in the milliseconds.
         """
         now = self._now()
         cfg = self._config

@@ -554,6 +554,34 @@ def test_look_ahead_counts_a_later_states_events_only_as_far_as_they_beat_the_pl
     assert uses(Pace(gap_s=1.0, batch=8, batch_s=1e-4), home) == pytest.approx(uses(None, home))
 
 
+@pytest.mark.parametrize("horizon", [1, 4, 16, 64])
+async def test_the_value_floor_is_a_rate_so_it_cuts_the_same_keys_at_every_horizon(
+    horizon: int,
+) -> None:
+    # No effects: the state stays, so a key of per-event chance p is expected p x horizon times
+    space = EventSpace.from_specs(
+        [
+            {"type": "often", "deadline_ms": 100, "weight": 0.97},
+            {"type": "mid", "deadline_ms": 100, "weight": 0.02},
+            {"type": "rare", "deadline_ms": 100, "weight": 0.01, "params": {"k": [1, 2, 3, 4]}},
+        ]
+    )
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    async with ScriptedBackend() as backend:
+        planner = make_planner(
+            backend,
+            space,
+            schema,
+            description="d",
+            config=PlannerConfig(horizon=horizon, min_rate=0.005, cost_weight=0.0),
+            live_tiers=False,
+        )
+        kept = {b.key.type for b in planner.candidates()}
+    # "mid" (0.02 an event) stays at horizon 1, where its chance within the horizon is 0.02;
+    # each "rare" key (0.0025) goes at 64, where its chance within the horizon is 0.15
+    assert kept == {"often", "mid"}
+
+
 def gap_space(top: int) -> EventSpace:
     """One event type, ``gap``, on a grid m = 0..top with a tolerance of one step."""
     return EventSpace.from_specs(
