@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -47,6 +48,10 @@ from ._prompt import state_context
 __all__ = ["Branch", "Planner", "PlannerConfig", "PlannerStats"]
 
 log = logging.getLogger("forethought.planner")
+
+_GAPS_KEPT = 64
+"""Recent gaps between events the pace is drawn from: enough to see a burst pattern, few
+enough to follow a shift's changing rhythm."""
 
 
 class PlannerConfig(BaseModel):
@@ -226,6 +231,8 @@ class Planner:
         self._cover_watch: tuple[float, str, list[EventKey]] | None = None
         self._last_event_at: float | None = None
         self._mean_gap_s: float | None = None
+        # The recent gaps themselves, not only their mean: bursts change when events come.
+        self._gaps: deque[float] = deque(maxlen=_GAPS_KEPT)
         self.stats = PlannerStats()
         self.health = PlannerHealth(
             retry_base_s=self._config.retry_base_s, retry_max_s=self._config.retry_max_s
@@ -290,6 +297,7 @@ class Planner:
             self._mean_gap_s = (
                 gap if self._mean_gap_s is None else 0.9 * self._mean_gap_s + 0.1 * gap
             )
+            self._gaps.append(gap)
         self._last_event_at = now
         if self._drift is not None:
             self._drift.observe_event()
@@ -362,7 +370,9 @@ class Planner:
         if gap is None or gap <= 0:
             return None  # plan ahead fully until the rate is known
         batch = 1 if way == "score" else self._batch_size()  # scoring: one event a pass
-        return Pace(gap_s=gap, batch=batch, batch_s=seconds_per_branch * batch)
+        return Pace(
+            gap_s=gap, batch=batch, batch_s=seconds_per_branch * batch, gaps=tuple(self._gaps)
+        )
 
     def branch_cost(self) -> float:
         """A branch's cost: the live-tier work it displaces, in events.

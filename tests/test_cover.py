@@ -104,3 +104,29 @@ def test_pace_late_is_the_poisson_chance_an_event_beats_its_batch() -> None:
         np.ones((4, 3))
     )
     assert math.isclose(float(Pace(gap_s=1.0, batch=8, batch_s=1e-6).late(p, 4).size), 0.0)
+
+
+def test_pace_draws_arrivals_from_the_observed_gaps_so_a_burst_beats_the_batch() -> None:
+    p = np.array([0.5, 0.3, 0.2])
+    # Bursts of two: 150 ms inside a burst, 2.7 s between bursts (mean 1.425 s)
+    bursty = (0.15, 2.7) * 8
+    pace = Pace(gap_s=1.425, batch=3, batch_s=0.5, gaps=bursty)
+    late = pace.late(p, horizon=16)
+    # the first event after a state change comes inside the burst half the time: before the
+    # batch ends at 0.5 s, where a Poisson stream of the same mean says 30 %
+    assert late[0] == pytest.approx(np.full(3, 0.5))
+    poisson = Pace(gap_s=1.425, batch=3, batch_s=0.5).late(p, horizon=16)
+    assert poisson[0] == pytest.approx(np.full(3, 1 - math.exp(-0.5 / 1.425)))
+    # two bursts' worth of gaps never fit in 0.5 s unless both are short: a quarter
+    assert late[1] == pytest.approx(np.full(3, 0.25))
+    # evenly spaced events that come after the batch is written are never late
+    steady = Pace(gap_s=1.0, batch=3, batch_s=0.5, gaps=(1.0,) * 8)
+    assert steady.late(p, horizon=16).size == 0
+
+
+def test_pace_keeps_the_poisson_stream_until_enough_gaps_are_seen() -> None:
+    p = np.array([0.6, 0.3, 0.1])
+    few = Pace(gap_s=1.0, batch=1, batch_s=0.4, gaps=(0.1,) * 7)
+    assert few.late(p, 8) == pytest.approx(Pace(gap_s=1.0, batch=1, batch_s=0.4).late(p, 8))
+    enough = Pace(gap_s=1.0, batch=1, batch_s=0.4, gaps=(0.1,) * 8)
+    assert enough.late(p, 8)[0] == pytest.approx(np.ones(3))  # a 0.1 s gap beats every batch

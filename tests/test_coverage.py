@@ -40,7 +40,7 @@ from forethought.policies import (
     WorldState,
 )
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig
-from forethought.sims import load_scenario, shipped_scenarios
+from forethought.sims import VirtualTimeLoop, load_scenario, shipped_scenarios
 
 EVENTS: list[dict[str, Any]] = [
     {
@@ -580,6 +580,32 @@ async def test_the_value_floor_is_a_rate_so_it_cuts_the_same_keys_at_every_horiz
     # "mid" (0.02 an event) stays at horizon 1, where its chance within the horizon is 0.02;
     # each "rare" key (0.0025) goes at 64, where its chance within the horizon is 0.15
     assert kept == {"often", "mid"}
+
+
+def test_the_planner_paces_states_to_come_by_the_gaps_it_saw_not_only_their_mean() -> None:
+    async def observe_bursts() -> Pace | None:
+        async with ScriptedBackend() as backend:
+            planner = make_planner(
+                backend,
+                gap_space(3),
+                ActionSchema.from_json_schema(spec_data()["action"]),
+                description="d",
+                config=PlannerConfig(horizon=4, cost_weight=0.0),
+            )
+            for gap in (0.15, 2.7) * 5:  # bursts of two, on the loop's (virtual) clock
+                planner.observe(None)
+                await asyncio.sleep(gap)
+            planner.observe(None)
+            return planner.pace()
+
+    loop = VirtualTimeLoop()
+    try:
+        pace = loop.run_until_complete(observe_bursts())
+    finally:
+        loop.close()
+    assert pace is not None
+    assert pace.gaps == pytest.approx((0.15, 2.7) * 5)
+    assert 0.15 < pace.gap_s < 2.7
 
 
 def gap_space(top: int) -> EventSpace:
