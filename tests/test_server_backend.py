@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import orjson
@@ -420,3 +422,33 @@ async def test_against_a_real_vllm(robot_schema: ActionSchema) -> None:
             CONTEXT, "obstacle", candidates, robot_schema, deadline=loop.time() + 60
         )
         assert scores.scores is not None
+
+
+def test_a_server_that_dies_at_start_is_reported_as_dead_not_slow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a stand-in that dies the way an unusable CPU feature killed the real one: by a signal
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\necho loading model\nkill -SEGV $$\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("FORETHOUGHT_LLAMA_SERVER", str(exe))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    server = LlamaServer(model=str(gguf), slots=1)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ConfigError, match=r"exited with status -11 before answering /health"):
+            server.start(timeout_s=30.0)
+        assert time.monotonic() - t0 < 10.0  # not after the whole timeout
+    finally:
+        server.close()
+    # as a context manager, a failed start leaves no log behind, open or on disk (it left an
+    # open one: a ResourceWarning that failed whichever test ran when it was collected)
+    logs = Path(tempfile.gettempdir())
+    before = set(logs.glob("llama-server-*.log"))
+    with (
+        pytest.raises(ConfigError, match="exited with status -11"),
+        LlamaServer(model=str(gguf), slots=1),
+    ):
+        pass
+    assert set(logs.glob("llama-server-*.log")) - before == set()

