@@ -291,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 device=args.device,
                 dtype=args.dtype,
                 json_path=args.json,
+                strategy=args.strategy,
             )
         elif args.command == "sim":
             from forethought._sim import run_sim  # noqa: PLC0415 - loads torch

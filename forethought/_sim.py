@@ -255,11 +255,16 @@ def run_matrix(
     device: str,
     dtype: str,
     json_path: Path | None,
+    strategy: str = "all",
 ) -> list[dict[str, Any]]:
-    """Every scenario under every profile, all strategies; one summary table (and JSON).
+    """Every scenario under every profile, each strategy; one summary table (and JSON).
+
+    ``strategy``: all, or a comma list (as ``--strategy`` takes it): the planner's strategies
+    alone skip ``live-naive``, which decodes every verbose answer and dominates the run.
 
     (A loop that prints its table row by row as replays finish: a long run shows progress.)
     """
+    strategies = _strategies(strategy)
     backend = _load(model, device, dtype)
     paths = scenarios or shipped_scenarios()
     names = profiles or list(PROFILES)
@@ -276,7 +281,7 @@ def run_matrix(
         refs: dict[Any, Any] = {}
         for pname in names:
             prof = resolve_profile(pname, backend)
-            runs = replay(scenario, backend, profile=prof, memo=memo)
+            runs = replay(scenario, backend, strategies=strategies, profile=prof, memo=memo)
             add_references(scenario, runs, backend, refs)
             for sname, run in runs.items():
                 m = metrics(run)

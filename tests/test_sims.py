@@ -9,6 +9,7 @@ import orjson
 import pytest
 import yaml
 
+from forethought._sim import run_matrix
 from forethought.planner import LatencyProfile, ScriptedBackend, TransformersBackend
 from forethought.policies import AgentSpec, ConfigError
 from forethought.sims import (
@@ -286,3 +287,36 @@ def test_the_spec_of_a_scenario_leaves_trace_and_grading_out(shipped: str) -> No
     assert spec == load_scenario(SCENARIOS / shipped).spec
     with pytest.raises(ConfigError):  # the strict spec loader refuses the simulator's keys
         AgentSpec.from_file(SCENARIOS / shipped)
+
+
+@pytest.mark.model
+def test_the_matrix_runs_only_the_strategies_asked_for(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    kiosk = SCENARIOS / "service-kiosk.yaml"
+    out = tmp_path / "matrix.json"
+    rows = run_matrix(
+        scenarios=[kiosk],
+        profiles=["design-note-gpu"],
+        model=str(tiny_model_dir),
+        device="cpu",
+        dtype="float32",
+        json_path=out,
+        strategy="tree,hybrid",
+    )
+    assert [(r["scenario"], r["profile"], r["strategy"]) for r in rows] == [
+        ("service-kiosk", "design-note-gpu", "tree"),
+        ("service-kiosk", "design-note-gpu", "hybrid"),
+    ]
+    assert all(r["events"] == len(load_scenario(kiosk).events()) for r in rows)
+    assert orjson.loads(out.read_bytes())["rows"] == rows
+    with pytest.raises(ConfigError, match="--strategy"):
+        run_matrix(
+            scenarios=[kiosk],
+            profiles=["design-note-gpu"],
+            model=str(tiny_model_dir),
+            device="cpu",
+            dtype="float32",
+            json_path=None,
+            strategy="tree,psychic",
+        )
