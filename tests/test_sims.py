@@ -295,15 +295,19 @@ def test_the_matrix_runs_only_the_strategies_asked_for(
 ) -> None:
     kiosk = SCENARIOS / "service-kiosk.yaml"
     out = tmp_path / "matrix.json"
-    rows = run_matrix(
-        scenarios=[kiosk],
-        profiles=["design-note-gpu"],
-        model=str(tiny_model_dir),
-        device="cpu",
-        dtype="float32",
-        json_path=out,
-        strategy="tree,hybrid",
-    )
+
+    def matrix(strategy: str) -> list[dict[str, Any]]:
+        return run_matrix(
+            scenarios=[kiosk],
+            profiles=["design-note-gpu"],
+            model=str(tiny_model_dir),
+            device="cpu",
+            dtype="float32",
+            json_path=out,
+            strategy=strategy,
+        )
+
+    rows = matrix("tree,hybrid")
     assert [(r["scenario"], r["profile"], r["strategy"]) for r in rows] == [
         ("service-kiosk", "design-note-gpu", "tree"),
         ("service-kiosk", "design-note-gpu", "hybrid"),
@@ -311,12 +315,4 @@ def test_the_matrix_runs_only_the_strategies_asked_for(
     assert all(r["events"] == len(load_scenario(kiosk).events()) for r in rows)
     assert orjson.loads(out.read_bytes())["rows"] == rows
     with pytest.raises(ConfigError, match="--strategy"):
-        run_matrix(
-            scenarios=[kiosk],
-            profiles=["design-note-gpu"],
-            model=str(tiny_model_dir),
-            device="cpu",
-            dtype="float32",
-            json_path=None,
-            strategy="tree,psychic",
-        )
+        matrix("tree,psychic")
