@@ -24,6 +24,7 @@ proportional to the states that matter, a few milliseconds on the event loop.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,8 +89,8 @@ class Pace:
         """
         written_at = (np.arange(keys) // self.batch + 1) * self.batch_s
         if len(self.gaps) >= MIN_GAPS:
-            return _renewal(np.asarray(self.gaps), written_at, horizon)
-        return _poisson(written_at / self.gap_s, horizon)
+            return _rows(_renewal(np.asarray(self.gaps), written_at, horizon), keys)
+        return _rows(_poisson(written_at / self.gap_s, horizon), keys)
 
 
 def by_rank(p: np.ndarray, arrivals: np.ndarray) -> np.ndarray:
@@ -106,23 +107,28 @@ _BINS = 256
 """Time steps the renewal sums are computed on, up to the last batch's end."""
 
 
-def _poisson(lam: np.ndarray, horizon: int) -> np.ndarray:
-    """Rows of P(at least age + 1 Poisson arrivals with mean ``lam``), while any is 1e-3+."""
+def _rows(late_by_age: Iterator[np.ndarray], keys: int) -> np.ndarray:
+    """Stack the per-age rows until one has no key late with chance 1e-3 or more."""
     rows: list[np.ndarray] = []
-    pmf = np.exp(-lam)  # P(exactly i events by then), i = 0
-    below = pmf.copy()  # P(at most i events by then)
-    for _ in range(horizon):
-        late = 1.0 - below  # P(at least age + 1 events by then)
+    for late in late_by_age:
         if float(late.max()) < 1e-3:
             break
         rows.append(np.clip(late, 0.0, 1.0))
-        pmf = pmf * lam / len(rows)
+    return np.asarray(rows).reshape(len(rows), keys)
+
+
+def _poisson(lam: np.ndarray, horizon: int) -> Iterator[np.ndarray]:
+    """Per age: P(at least age + 1 Poisson arrivals with mean ``lam``)."""
+    pmf = np.exp(-lam)  # P(exactly i events by then), i = 0
+    below = pmf.copy()  # P(at most i events by then)
+    for age in range(horizon):
+        yield 1.0 - below  # P(at least age + 1 events by then)
+        pmf = pmf * lam / (age + 1)
         below = below + pmf
-    return np.asarray(rows).reshape(len(rows), len(lam))
 
 
-def _renewal(gaps: np.ndarray, written_at: np.ndarray, horizon: int) -> np.ndarray:
-    """Rows of P(the age + 1 gaps drawn from ``gaps`` sum to no more than ``written_at``).
+def _renewal(gaps: np.ndarray, written_at: np.ndarray, horizon: int) -> Iterator[np.ndarray]:
+    """Per age: P(the age + 1 gaps drawn from ``gaps`` sum to no more than ``written_at``).
 
     The gaps' distribution on a grid of :data:`_BINS` steps up to the latest time asked about
     (a gap past it can never count), convolved with itself once per age: bursts -- a second
@@ -131,21 +137,16 @@ def _renewal(gaps: np.ndarray, written_at: np.ndarray, horizon: int) -> np.ndarr
     """
     end = float(written_at.max())
     if end <= 0.0:
-        return np.zeros((0, len(written_at)))
+        return
     step = end / _BINS
     pmf = np.bincount(np.minimum(gaps // step, _BINS + 1).astype(np.intp), minlength=_BINS + 2)[
         : _BINS + 1
     ] / len(gaps)
     upto = np.minimum(written_at // step, _BINS).astype(np.intp)
-    rows: list[np.ndarray] = []
     total = pmf
     for _ in range(horizon):
-        late = np.cumsum(total)[upto]
-        if float(late.max()) < 1e-3:
-            break
-        rows.append(np.clip(late, 0.0, 1.0))
+        yield np.cumsum(total)[upto]
         total = np.convolve(total, pmf)[: _BINS + 1]
-    return np.asarray(rows).reshape(len(rows), len(written_at))
 
 
 class _Moves:

@@ -46,6 +46,11 @@ and a 135M test model gains nothing from it. A new tag leaves an earlier build u
 _NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 
+def _build_dir(root: Path, version: str) -> Path:
+    """Where one build of ``version`` is cached under ``root``."""
+    return root / "llama-server" / f"{version}-{BUILD}"
+
+
 def llama_server_path(version: str = LLAMA_CPP_VERSION) -> Path | None:
     """The built executable: ``$FORETHOUGHT_LLAMA_SERVER``, else the cached build, else None."""
     given = os.environ.get("FORETHOUGHT_LLAMA_SERVER")
@@ -54,7 +59,7 @@ def llama_server_path(version: str = LLAMA_CPP_VERSION) -> Path | None:
     # The user's cache, or the default one when FORETHOUGHT_CACHE points elsewhere (the tests
     # give each session a fresh model cache, not a fresh build).
     for root in (cache_root(), Path.home() / ".cache" / "forethought"):
-        path = root / "llama-server" / f"{version}-{BUILD}" / "llama-server"
+        path = _build_dir(root, version) / "llama-server"
         if path.is_file():
             return path
     return None
@@ -82,7 +87,7 @@ def build_llama_server(version: str = LLAMA_CPP_VERSION, *, jobs: int | None = N
     for tool in ("cmake", "ninja", "c++"):
         if shutil.which(tool) is None:
             raise ConfigError("llama-server", tool, "is needed to build it and is not installed")
-    target = cache_root() / "llama-server" / f"{version}-{BUILD}"
+    target = _build_dir(cache_root(), version)
     target.mkdir(parents=True, exist_ok=True)
     url, sha = _sdist_url(version)
     with tempfile.TemporaryDirectory(prefix="llama-build-", dir=target) as tmp:
