@@ -46,6 +46,7 @@ from ._config import AgentConfig
 from ._decision import Decision
 from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
+from ._freshness import Freshness
 from ._health import HealthReport, health_report
 from ._health_server import HealthServer
 from ._recorder import McapRecorder
@@ -110,6 +111,10 @@ class Agent:
         self.executor: Executor | None = None
         self.ready = asyncio.Event()
         self.rejected = 0
+        self.freshness = Freshness(self.config.events)
+        """Judges each served event's age; its counters are in the health report."""
+        self.latest_only = frozenset(t.type for t in spec.events if t.latest_only)
+        """Event types of which only the newest waiting one is decided."""
         self.snapshot_problem: str | None = None
         self.snapshot_rejected = 0
         """Snapshot nodes refused because their action fails validation."""
@@ -404,7 +409,7 @@ class Agent:
                 if isinstance(event, EventPayload)
                 else parse_payload(event, max_bytes=self.config.mqtt.max_payload_bytes)
             )
-            event = Event.from_payload(payload, arrival=Arrival.now())
+            event = Event.from_payload(payload, arrival=Arrival.now(), in_process=True)
         if executor.known(event.id):
             return await executor.decide(event, self._state)
         if event.state:

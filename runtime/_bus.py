@@ -46,6 +46,10 @@ class EventBus(Protocol):
         """Report an event that will not be decided (malformed, expired)."""
         ...
 
+    async def warn(self, event: Event, reason: str) -> None:
+        """Report something about a decided event (out of the event space) beside its decision."""
+        ...
+
 
 class InProcessBus:
     """A bus inside one process: :meth:`send` an event, get its decision back.
@@ -61,6 +65,7 @@ class InProcessBus:
         self._waiting: dict[str, asyncio.Future[Decision]] = {}
         self.dropped = 0
         self.rejected = 0
+        self.warnings = 0
 
     async def __aenter__(self) -> Self:
         self._queue = asyncio.Queue()
@@ -82,7 +87,7 @@ class InProcessBus:
         if not isinstance(payload, EventPayload):
             payload = parse_payload(payload, max_bytes=self._max_bytes)
         loop = asyncio.get_running_loop()
-        event = Event.from_payload(payload, arrival=Arrival.now())
+        event = Event.from_payload(payload, arrival=Arrival.now(), in_process=True)
         fut = self._waiting.get(event.id)
         if fut is None:
             fut = loop.create_future()
@@ -105,6 +110,10 @@ class InProcessBus:
         fut = self._waiting.pop(event.id, None)
         if fut is not None and not fut.done():
             fut.set_result(decision)
+
+    async def warn(self, event: Event, reason: str) -> None:
+        """Count it: the decision went back to the sender, which reads ``out_of_space``."""
+        self.warnings += 1
 
     async def reject(self, event: Event | None, reason: str, raw: bytes | None = None) -> None:
         """Fail the sender's wait with InvalidEvent."""

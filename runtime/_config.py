@@ -22,6 +22,7 @@ from forethought.planner import DEFAULT_MODEL, PlannerConfig
 from forethought.policies import ConfigError, first_problem
 
 from ._executor import ExecutorConfig
+from ._freshness import EventsConfig
 from ._health import HealthConfig
 from ._mqtt_security import MqttSecurity
 from ._zenoh_security import ZenohSecurity
@@ -55,6 +56,9 @@ class MqttConfig(BaseModel):
     """QoS of the actions topic. Delivery is at least once either way (a broker crash can
     deliver a decision twice: act once per the action's id); 2 only widens what a broker
     that answers before saving (Mosquitto) can lose -- see :class:`MqttBus`."""
+    connect_timeout_s: float | None = Field(default=10.0, gt=0)
+    """``forethought run``: how long the first connection may take before the command ends
+    with an error (None: retry forever, saying so once)."""
     resend_window_s: float = Field(default=0.5, ge=0)
     """Decisions completed this long before the broker was last heard, or since, are published
     again once a lost connection is back: it may have restarted without them (0: never).
@@ -230,6 +234,8 @@ class AgentConfig(BaseSettings):
     server: ServerConfig = Field(default_factory=ServerConfig)
     watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
+    events: EventsConfig = Field(default_factory=EventsConfig)
+    """How old an event may be, and what happens to one whose age is unknown."""
 
     @classmethod
     def settings_customise_sources(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -17,14 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from forethought.policies import InvalidEvent, first_problem
 
-__all__ = ["Arrival", "Event", "EventPayload", "ReplyTo", "parse_payload"]
+from ._age import AgeSource
+
+__all__ = ["Arrival", "Event", "EventPayload", "ReplyTo", "parse_payload", "raw_id"]
 
 
 class EventPayload(BaseModel):
-    """``{"id", "type", "params", "deadline_ms" | "deadline_ns", "state"?}``.
+    """``{"id", "type", "params", "deadline_ms" | "deadline_ns", "sent_at_ns"?, "state"?}``.
 
-    ``deadline_ms`` is relative to arrival; ``deadline_ns`` is absolute wall-clock time
-    (``time.time_ns()`` of the sender). Neither: the event type's declared deadline applies.
+    ``deadline_ms`` is relative to when the event was sent (``sent_at_ns``, the sender's
+    ``time.time_ns()``, or what the bus knows of it; see :mod:`._age`); ``deadline_ns`` is
+    absolute wall-clock time. Neither: the event type's declared deadline, from the same start.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -34,6 +37,7 @@ class EventPayload(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     deadline_ms: float | None = Field(default=None, gt=0)
     deadline_ns: int | None = Field(default=None, gt=0)
+    sent_at_ns: int | None = Field(default=None, gt=0)
     state: dict[str, Any] | None = None
 
     @model_validator(mode="after")
@@ -79,9 +83,16 @@ class Event:
         params: raw parameters (snapped to the grid when mapped to a key).
         arrived_at: arrival time on the runtime's clock.
         deadline: absolute deadline on the same clock; None until the agent resolves it at
-            arrival (arrival + the type's ``deadline_ms``), once.
+            arrival (when it was sent + the type's ``deadline_ms``), once.
         state: fields to set in the state just before deciding.
         reply: where to send the decision, besides the actions topic.
+        sent_at: when the sender says it sent the event, on the runtime's clock (None: not
+            known); later than ``arrived_at`` only by the senders' clock skew.
+        age: what told the agent when the event was sent.
+        expires_at: the latest the event can still be valid (an MQTT Message Expiry).
+        wall_offset_s: the runtime's clock minus wall time, at arrival.
+        default_only: answer with the declared default only (its age is unknown and
+            ``events.no_age`` says so); never counted as met.
 
     """
 
@@ -92,31 +103,65 @@ class Event:
     deadline: float | None = None
     state: dict[str, Any] | None = None
     reply: ReplyTo | None = None
+    sent_at: float | None = None
+    age: AgeSource = AgeSource.NONE
+    expires_at: float | None = None
+    wall_offset_s: float = 0.0
+    default_only: bool = False
+
+    @property
+    def counted_from(self) -> float:
+        """What a relative deadline counts from: when sent (never after the arrival), if known."""
+        if self.sent_at is None:
+            return self.arrived_at
+        return min(self.sent_at, self.arrived_at)
 
     @classmethod
     def from_payload(
-        cls, payload: EventPayload, *, arrival: Arrival, reply: ReplyTo | None = None
+        cls,
+        payload: EventPayload,
+        *,
+        arrival: Arrival,
+        reply: ReplyTo | None = None,
+        sent_ns: int | None = None,
+        expiry_s: int | None = None,
+        in_process: bool = False,
     ) -> Event:
         """Build from a validated payload that arrived at ``arrival``.
 
-        A relative ``deadline_ms`` counts from the arrival; an absolute ``deadline_ns`` (the
-        sender's wall clock) is moved onto the loop's clock with the arrival's wall offset.
+        A relative ``deadline_ms`` counts from when the event was sent: the payload's
+        ``sent_at_ns``, else the bus's ``sent_ns`` (a Zenoh timestamp), else the arrival
+        (``in_process``: nothing lies between; otherwise the age is unknown). An absolute
+        ``deadline_ns`` is moved onto the loop's clock with the arrival's wall offset.
+        ``expiry_s``: the MQTT Message Expiry Interval left on delivery.
         """
-        arrived_at = arrival.at
+        arrived_at, offset = arrival.at, arrival.wall_offset_s
+        sent_at, age = None, AgeSource.NONE
+        if payload.sent_at_ns is not None:
+            sent_at, age = payload.sent_at_ns / 1e9 + offset, AgeSource.SENT_AT_NS
+        elif sent_ns is not None:
+            sent_at, age = sent_ns / 1e9 + offset, AgeSource.ZENOH_TIMESTAMP
+        elif in_process:
+            sent_at, age = arrived_at, AgeSource.IN_PROCESS
         deadline = None
-        if payload.deadline_ms is not None:
-            deadline = arrived_at + payload.deadline_ms / 1e3
-        elif payload.deadline_ns is not None:
-            deadline = payload.deadline_ns / 1e9 + arrival.wall_offset_s
-        return cls(
+        if payload.deadline_ns is not None:
+            deadline, age = payload.deadline_ns / 1e9 + offset, AgeSource.DEADLINE_NS
+        event = cls(
             id=payload.id,
             type=payload.type,
             params=dict(payload.params),
             arrived_at=arrived_at,
-            deadline=deadline,
             state=payload.state,
             reply=reply,
+            sent_at=sent_at,
+            age=age,
+            # Whole seconds, rounded down by the broker: up to one more may be left.
+            expires_at=arrived_at + expiry_s + 1 if expiry_s is not None else None,
+            wall_offset_s=offset,
         )
+        if payload.deadline_ms is not None:
+            deadline = event.counted_from + payload.deadline_ms / 1e3
+        return replace(event, deadline=deadline) if deadline is not None else event
 
 
 def parse_payload(raw: bytes | str | dict[str, Any], *, max_bytes: int) -> EventPayload:
@@ -142,3 +187,13 @@ def parse_payload(raw: bytes | str | dict[str, Any], *, max_bytes: int) -> Event
     except ValidationError as exc:
         where, value, problem = first_problem(exc)
         raise InvalidEvent(where or "payload", value, problem) from None
+
+
+def raw_id(raw: bytes) -> str | None:
+    """The ``id`` of a payload that was refused, if it has a readable one (for its sender)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    ident = data.get("id") if isinstance(data, dict) else None
+    return ident[:256] if isinstance(ident, str) and ident else None

@@ -38,7 +38,7 @@ from forethought.policies import (
     WorldState,
 )
 
-from ._decision import Decision, Tier
+from ._decision import Decision, Tier, late_reason, wall_ns
 from ._event import Event
 from ._watchdog import StallWatchdog
 
@@ -191,14 +191,14 @@ class Executor:
     def arrived(self, event: Event) -> Event:
         """``event`` with its absolute deadline resolved, once, at arrival.
 
-        An event that carries no deadline gets arrival + its type's ``deadline_ms`` (or the
-        configured default for an undeclared type).
+        An event that carries no deadline gets its type's ``deadline_ms`` (or the configured
+        default for an undeclared type) from when it was sent, if known, else from arrival.
         """
         if event.deadline is not None:
             return event
         spec = self._space.types.get(event.type)
         ms = spec.deadline_ms if spec is not None else self._config.default_deadline_ms
-        return replace(event, deadline=event.arrived_at + ms / 1e3)
+        return replace(event, deadline=event.counted_from + ms / 1e3)
 
     def known(self, event_id: str) -> bool:
         """Whether ``event_id`` is being decided or was decided within the id window."""
@@ -282,21 +282,30 @@ class Executor:
 
         def finish(tier: Tier, action: dict[str, Any], nearest: str | None = None) -> Decision:
             now = loop.time()
+            in_time = now <= end + 1e-9  # 1 ns: float noise is not a miss
             return Decision(
                 event_id=event.id,
                 tier=tier,
                 action=action,
                 latency_s=now - event.arrived_at,
                 budget_s=end - event.arrived_at,
-                met=now <= end + 1e-9,  # 1 ns: float noise is not a miss
+                met=in_time and not event.default_only,
                 approximate=nearest is not None,
                 nearest=nearest,
                 out_of_space=key is None,
                 key=key,
                 skipped=tuple(skipped),
                 decided_at=now,
+                late=None if in_time else late_reason(event, tier, now, self._config.margin_ms),
+                deadline_ns=wall_ns(event.deadline, event),
+                decided_at_ns=wall_ns(now, event),
             )
 
+        if event.default_only:
+            skipped.append(("all", "age unknown: default only (events.no_age)"))
+            decision = finish(Tier.DEFAULT, dict(self._default_json))
+            late = decision.late or "age unknown: when it was sent is not known (events.no_age)"
+            return replace(decision, late=late)
         # 1. tree
         if not self._config.use_tree:
             skipped.append(("tree", "disabled"))

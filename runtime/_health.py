@@ -58,7 +58,8 @@ class HealthReport(BaseModel):
     model: dict[str, Any]
     """Predicted p95 of a live call and of one decode step (learned from measured calls)."""
     counters: dict[str, Any]
-    """Decisions per tier, misses, fallbacks to the default, rejects, invalid, model errors."""
+    """Decisions per tier, misses, fallbacks to the default, rejects, invalid, model errors;
+    ``age``: events refused as expired, superseded, of unknown age or from the future."""
     bus: dict[str, Any] | None
 
 
@@ -110,6 +111,7 @@ def health_report(agent: Agent, *, name: str, started_at: float) -> HealthReport
             "model_errors": ex.get("model_errors", 0),
             "latency_ms": ex.get("latency_ms"),
             "watchdog": stats.get("watchdog"),
+            "age": agent.freshness.stats.as_dict(),
         },
         bus=bus,
     )

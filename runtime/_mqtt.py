@@ -59,7 +59,7 @@ from paho.mqtt.properties import Properties
 from forethought.policies import ConfigError, InvalidEvent
 
 from ._decision import Decision
-from ._event import Arrival, Event, ReplyTo, parse_payload
+from ._event import Arrival, Event, ReplyTo, parse_payload, raw_id
 from ._health import HealthReport
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 
@@ -128,6 +128,8 @@ class MqttStats:
     malformed: int = 0
     dropped_full: int = 0
     expired: int = 0
+    warnings: int = 0
+    """Warnings beside a decision (an event outside the event space) on the errors topic."""
     published: int = 0
     publish_failures: int = 0
     outages: int = 0
@@ -424,7 +426,7 @@ class MqttBus:
             payload = parse_payload(raw, max_bytes=self._max_bytes)
         except InvalidEvent as exc:
             self.stats.malformed += 1
-            await self._report(None, str(exc), raw, topic=message.topic.value)
+            await self._report(None, str(exc), raw, topic=message.topic.value, ident=raw_id(raw))
             self._ack_now(message)
             return
         props = message.properties
@@ -442,7 +444,14 @@ class MqttBus:
         elif response_topic:
             corr = getattr(props, "CorrelationData", None)
             reply = ReplyTo(str(response_topic), bytes(corr) if corr is not None else None)
-        event = Event.from_payload(payload, arrival=Arrival.now(self._wall_ns), reply=reply)
+        # MQTT 5 §3.3.2.3.3: the broker lowers the interval by the time the message waited.
+        expiry = getattr(props, "MessageExpiryInterval", None) if props is not None else None
+        event = Event.from_payload(
+            payload,
+            arrival=Arrival.now(self._wall_ns),
+            reply=reply,
+            expiry_s=int(expiry) if expiry is not None else None,
+        )
         if message.qos > 0:
             self._unacked.setdefault(event.id, []).append((self._generation, message.mid))
             # Never dropped: it stays unacknowledged until there is room, and the broker keeps
@@ -598,6 +607,16 @@ class MqttBus:
         if event is not None:
             self._ack(event.id)
 
+    async def warn(self, event: Event, reason: str) -> None:
+        """Report ``reason`` about a decided event on the errors topic, as a warning."""
+        self.stats.warnings += 1
+        client = self._client
+        if client is None or not self.connected:
+            return
+        body = orjson.dumps({"warning": reason[:500], "id": event.id})
+        with contextlib.suppress(aiomqtt.MqttError):
+            await client.publish(self.errors_topic, body, qos=1)
+
     def _ack(self, event_id: str) -> None:
         """Acknowledge the event's messages now that its outcome is out.
 
@@ -613,11 +632,18 @@ class MqttBus:
             _paho(self._client).ack(message.mid, 1)
 
     async def _report(
-        self, event: Event | None, reason: str, raw: bytes | None, topic: str | None = None
+        self,
+        event: Event | None,
+        reason: str,
+        raw: bytes | None,
+        topic: str | None = None,
+        ident: str | None = None,
     ) -> None:
         body: dict[str, Any] = {"error": reason}
         if event is not None:
             body["id"] = event.id
+        elif ident is not None:  # a refused payload's own id: its sender waits for it
+            body["id"] = ident
         if raw is not None:
             body["payload"] = raw[:200].decode("utf-8", "replace")
         if topic is not None:

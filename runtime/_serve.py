@@ -2,8 +2,10 @@
 
 One event's walk, each step in one place::
 
-    bus.events()       an Event with its arrival time (runtime/_mqtt, runtime/_bus)
-    agent.arrive()     its absolute deadline, resolved once; expired ones are refused here
+    bus.events()       an Event with its arrival time and age (runtime/_mqtt, runtime/_age)
+    Backlog.take()     the next one; newest first for latest_only types (runtime/_backlog)
+    agent.arrive()     its absolute deadline, resolved once, from when it was sent
+    Freshness.judge()  expired, unknown-age and from-the-future ones are refused here
     agent.decide()     state patch, executor (tree, score, live, default), effects, planner
     bus.publish()      the decision (or bus.reject() with why it was not decided)
 
@@ -20,9 +22,12 @@ from typing import TYPE_CHECKING
 
 from forethought.policies import InputError
 
+from ._backlog import Backlog
+
 if TYPE_CHECKING:
     from ._agent import Agent
     from ._bus import EventBus
+    from ._decision import Decision
     from ._event import Event
 
 __all__ = ["serve"]
@@ -34,14 +39,24 @@ async def serve(agent: Agent, bus: EventBus, tg: asyncio.TaskGroup, *, max_concu
     """Decide every event ``bus`` yields, in tasks of ``tg``; runs until cancelled."""
     slots = asyncio.Semaphore(max_concurrent)
     loop = asyncio.get_running_loop()
-    async for incoming in bus.events():
-        event = agent.arrive(incoming)
-        assert event.deadline is not None
-        if loop.time() > event.deadline:
+    backlog = Backlog(agent.latest_only, capacity=max_concurrent)
+    tg.create_task(backlog.fill(bus.events()), name="forethought.backlog")
+    while True:
+        await slots.acquire()  # a slot first: the freshest event is chosen when one is free
+        incoming, superseded = await backlog.take()
+        for old in superseded:
+            agent.freshness.stats.superseded += 1
             agent.rejected += 1
-            await bus.reject(event, "expired: its deadline passed before it was decided")
+            await bus.reject(
+                old, f"superseded: a newer {old.type!r} event ({incoming.id}) is decided instead"
+            )
+        verdict = agent.freshness.judge(agent.arrive(incoming), loop.time())
+        if verdict.refusal is not None:
+            slots.release()
+            agent.rejected += 1
+            await bus.reject(verdict.event, verdict.refusal)
             continue
-        await slots.acquire()
+        event = verdict.event
         task = tg.create_task(_handle(agent, bus, event), name=f"forethought.event[{event.id}]")
         task.add_done_callback(lambda _: slots.release())
 
@@ -60,3 +75,18 @@ async def _handle(agent: Agent, bus: EventBus, event: Event) -> None:
         await bus.reject(event, f"not decided: {exc!r}"[:300])
         return
     await bus.publish(event, decision)
+    if decision.out_of_space:
+        await bus.warn(event, _out_of_space(agent, event, decision))
+
+
+def _out_of_space(agent: Agent, event: Event, decision: Decision) -> str:
+    """The warning beside a decision for an event the spec does not declare."""
+    declared = agent.space.types.get(event.type)
+    answer = f"answered by the {decision.tier.value} tier, {decision.action}"
+    if declared is None:
+        known = ", ".join(sorted(agent.space.types))
+        return f"unknown event type {event.type!r} (declared: {known}): {answer}"
+    domains = {k: v if isinstance(v, list) else v.model_dump() for k, v in declared.params.items()}
+    return (
+        f"parameters {event.params} outside the event space of {event.type!r} ({domains}): {answer}"
+    )

@@ -14,8 +14,9 @@ The same contract as :class:`~forethought.runtime.MqttBus`, on Zenoh's key expre
   network without retained messages.
 
 Peer mode by default, with explicit ``connect``/``listen`` endpoints (multicast scouting off
-unless asked for). Zenoh delivers samples on its own threads: the callbacks only copy the bytes
-and hand them to the event loop, where everything else happens. Waiting events are bounded:
+unless asked for; timestamping on, so that a sample says when it was sent). Zenoh delivers
+samples on its own threads: the callbacks only copy the bytes and hand them to the event loop,
+where everything else happens. Waiting events are bounded:
 when the queue is full the oldest is dropped and counted.
 """
 
@@ -35,6 +36,7 @@ import orjson
 
 from forethought.policies import ConfigError, InvalidEvent, NotStarted
 
+from ._age import zenoh_sent_ns
 from ._decision import Decision
 from ._event import Arrival, Event, parse_payload
 from ._health import HealthReport
@@ -53,6 +55,7 @@ class ZenohStats:
     malformed: int = 0
     dropped_full: int = 0
     expired: int = 0
+    warnings: int = 0
     published: int = 0
     publish_failures: int = 0
     queries: int = 0
@@ -67,11 +70,14 @@ def zenoh_config(
     listen: Sequence[str] = (),
     multicast: bool = False,
     security: ZenohSecurity | None = None,
+    timestamping: bool = True,
 ) -> Any:
     """A ``zenoh.Config`` for these endpoints (``tcp/127.0.0.1:7447``, ``tls/host:7447``).
 
     With ``security``, TLS material and credentials go in, and where they are set the first
-    connection is required at open (see :class:`ZenohSecurity`).
+    connection is required at open (see :class:`ZenohSecurity`). ``timestamping``: every
+    sample this session puts carries its hybrid-logical-clock timestamp, which tells an agent
+    when the event was sent (its deadline counts from then).
     """
     import zenoh  # noqa: PLC0415 - an optional extra: forethought[zenoh]
 
@@ -86,6 +92,7 @@ def zenoh_config(
     config.insert_json5("connect/endpoints", json.dumps(list(connect)))
     config.insert_json5("listen/endpoints", json.dumps(list(listen)))
     config.insert_json5("scouting/multicast/enabled", json.dumps(multicast))
+    config.insert_json5("timestamping/enabled", json.dumps(timestamping))
     (security or ZenohSecurity()).apply(config, connect, listen)
     return config
 
@@ -184,7 +191,10 @@ class ZenohBus:
 
         def on_sample(sample: Any) -> None:  # a Zenoh thread: copy, hand over, return
             loop.call_soon_threadsafe(
-                self._receive, sample.payload.to_bytes(), str(sample.key_expr)
+                self._receive,
+                sample.payload.to_bytes(),
+                str(sample.key_expr),
+                zenoh_sent_ns(sample.timestamp),
             )
 
         def on_query(query: Any) -> None:
@@ -225,14 +235,14 @@ class ZenohBus:
 
     # -- incoming -----------------------------------------------------------------------------
 
-    def _parse(self, raw: bytes) -> Event:
+    def _parse(self, raw: bytes, sent_ns: int | None = None) -> Event:
         payload = parse_payload(raw, max_bytes=self._max_bytes)
-        return Event.from_payload(payload, arrival=Arrival.now(self._wall_ns))
+        return Event.from_payload(payload, arrival=Arrival.now(self._wall_ns), sent_ns=sent_ns)
 
-    def _receive(self, raw: bytes, key: str) -> None:
+    def _receive(self, raw: bytes, key: str, sent_ns: int | None = None) -> None:
         self.stats.received += 1
         try:
-            event = self._parse(raw)
+            event = self._parse(raw, sent_ns)
         except InvalidEvent as exc:
             self.stats.malformed += 1
             self._report(None, str(exc), raw, key=key)
@@ -306,6 +316,13 @@ class ZenohBus:
         self._report(event, reason, raw)
         if event is not None:
             self._answer_error(event.id, reason)
+
+    async def warn(self, event: Event, reason: str) -> None:
+        """Report ``reason`` about a decided event on ``errors``, as a warning."""
+        self.stats.warnings += 1
+        if self._errors is not None:
+            with contextlib.suppress(Exception):
+                self._errors.put(orjson.dumps({"warning": reason[:500], "id": event.id}))
 
     async def publish_status(self, report: HealthReport) -> None:
         """Keep ``report`` as the answer of the ``health`` queryable."""
