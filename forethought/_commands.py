@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import sys
@@ -16,7 +17,7 @@ import orjson
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from forethought.policies import ConfigError, NoDecision
+from forethought.policies import ConfigError, ForethoughtError, NoDecision
 from forethought.runtime import (
     Agent,
     AgentConfig,
@@ -28,13 +29,15 @@ from forethought.runtime import (
     ZenohBus,
     ZenohConfig,
     ZenohSecurity,
+    expiry_properties,
     parse_broker_url,
     payload_bytes,
+    stamp_event,
     zenoh_config,
 )
 from forethought.sims import load_spec
 
-__all__ = ["run_agent", "send_event", "send_event_zenoh", "settings_with"]
+__all__ = ["Refused", "run_agent", "send_event", "send_event_zenoh", "settings_with"]
 
 _C = TypeVar("_C", MqttConfig, ZenohConfig)
 
@@ -144,15 +147,51 @@ async def run_agent(
     # A scenario file is a spec plus a trace and grading: load_spec leaves those out.
     recorder = McapRecorder(record).open() if record is not None else None
     agent = Agent(load_spec(spec), bus=bus, config=cfg, recorder=recorder)
+    connect_s = settings_with(cfg.mqtt, tls or {}).connect_timeout_s
     try:
-        return await _serve_agent(agent, ident, where, stop)
+        return await _serve_agent(agent, ident, where, stop, connect_s)
     finally:
         if recorder is not None:
             recorder.close()
 
 
-async def _serve_agent(agent: Agent, ident: str, where: str, stop: asyncio.Event) -> int:
+async def _connected(agent: Agent, stop: asyncio.Event, timeout_s: float) -> asyncio.Task[None]:
+    """Wait until an MQTT agent's bus is connected; the task serving it meanwhile.
+
+    A broker that does not answer within ``timeout_s`` (0: wait for ever) ends the run with
+    one ConfigError; so does a failure of the agent while it waits (credentials refused).
+    """
+    serving = asyncio.create_task(agent.serve_until(stop), name="forethought.run.serve")
+    bus = agent.bus
+    if not isinstance(bus, MqttBus):
+        return serving
+    if timeout_s == 0:
+        print(f"forethought: waiting for the broker at {bus.url}", file=sys.stderr, flush=True)
+    waiter = asyncio.ensure_future(bus.wait_connected(timeout_s or None))
+    await asyncio.wait([serving, waiter], return_when=asyncio.FIRST_COMPLETED)
+    if serving.done():
+        waiter.cancel()
+        serving.result()  # the agent's failure, raised here
+        return serving  # stopped before it connected
+    try:
+        waiter.result()
+    except TimeoutError:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        raise ConfigError(
+            "mqtt",
+            bus.url,
+            f"no broker answered within {timeout_s:g} s (mqtt.connect_timeout_s; 0 keeps retrying)",
+        ) from None
+    return serving
+
+
+async def _serve_agent(
+    agent: Agent, ident: str, where: str, stop: asyncio.Event, connect_timeout_s: float
+) -> int:
     async with agent:
+        serving = await _connected(agent, stop, connect_timeout_s)
         health = ""
         if agent.health_server is not None:
             h = agent.config.health
@@ -162,7 +201,7 @@ async def _serve_agent(agent: Agent, ident: str, where: str, stop: asyncio.Event
             file=sys.stderr,
             flush=True,
         )
-        await agent.serve_until(stop)
+        await serving
         print("forethought: shutting down", file=sys.stderr, flush=True)
     stats = agent.stats()
     print(
@@ -179,6 +218,14 @@ async def _serve_agent(agent: Agent, ident: str, where: str, stop: asyncio.Event
     return 0
 
 
+class Refused(ForethoughtError):
+    """The agent refused the event (on its errors topic): the reason, as the agent gave it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"refused: {reason}")
+        self.reason = reason
+
+
 async def send_event(
     *,
     mqtt: str,
@@ -189,17 +236,25 @@ async def send_event(
     wait_s: float,
     security: MqttSecurity | None = None,
 ) -> dict[str, Any]:
-    """Publish one event with a response topic and return the decision payload."""
+    """Publish one event with a response topic and return the decision payload.
+
+    The event says when it was sent (``sent_at_ns``) and expires at the broker with its
+    deadline. The agent's errors topic is watched too: a refusal of this event raises
+    :class:`Refused` as soon as it comes (a warning beside the decision goes in ``warning``).
+    """
     host, port, tls = parse_broker_url(mqtt)
     options = (security or MqttSecurity()).client_options(tls)
     event_id = f"send-{uuid.uuid4().hex[:12]}"
     reply_topic = f"forethought/{agent_id}/replies/{event_id}"
+    errors_topic = f"forethought/{agent_id}/errors"
     body: dict[str, Any] = {"id": event_id, "type": event_type, "params": params}
     if deadline_ms is not None:
         body["deadline_ms"] = deadline_ms
     props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
     props.ResponseTopic = reply_topic
     props.CorrelationData = event_id.encode()
+    # A bad deadline (0, negative) gets no expiry: the agent's refusal says what is wrong.
+    expiring = deadline_ms if deadline_ms is not None and deadline_ms > 0 else None
     async with aiomqtt.Client(
         host,
         port,
@@ -209,22 +264,50 @@ async def send_event(
         **options,  # type: ignore[arg-type]
     ) as client:
         await client.subscribe(reply_topic, qos=1)
+        await client.subscribe(errors_topic, qos=1)
         t0 = time.perf_counter()
         await client.publish(
             f"forethought/{agent_id}/events/{event_type}",
-            orjson.dumps(body),
+            orjson.dumps(stamp_event(body)),
             qos=1,
-            properties=props,
+            properties=expiry_properties(expiring, props),
         )
         try:
             async with asyncio.timeout(wait_s):
-                async for message in client.messages:
-                    reply: dict[str, Any] = orjson.loads(payload_bytes(message))
-                    reply["round_trip_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
-                    return reply
+                return await _answer(client, event_id, errors_topic, t0)
         except TimeoutError:
             raise NoDecision(event_id, wait_s, f"is agent {agent_id!r} running?") from None
-    raise NoDecision(event_id, wait_s, "the connection closed before a decision came")
+
+
+async def _answer(
+    client: aiomqtt.Client, event_id: str, errors_topic: str, t0: float
+) -> dict[str, Any]:
+    """The decision for ``event_id``, or :class:`Refused` at the first refusal of it."""
+    reply: dict[str, Any] | None = None
+    warning: str | None = None
+    messages = aiter(client.messages)
+    while reply is None or (reply.get("out_of_space") and warning is None):
+        try:
+            if reply is None:
+                message = await anext(messages)
+            else:  # out of the event space: its warning follows the decision at once
+                async with asyncio.timeout(0.5):
+                    message = await anext(messages)
+        except (TimeoutError, StopAsyncIteration):
+            break
+        body = orjson.loads(payload_bytes(message))
+        if not message.topic.matches(errors_topic):
+            reply = body
+            reply["round_trip_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+        elif isinstance(body, dict) and body.get("id") == event_id:  # not another sender's
+            if "error" in body:
+                raise Refused(str(body["error"]))
+            warning = str(body.get("warning"))
+    if reply is None:
+        raise NoDecision(event_id, 0, "the connection closed before a decision came")
+    if warning is not None:
+        reply["warning"] = warning
+    return reply
 
 
 def _get_decision(
@@ -269,5 +352,5 @@ async def send_event_zenoh(
         body["deadline_ms"] = deadline_ms
     key = f"forethought/{agent_id}/decide"
     return await asyncio.to_thread(
-        _get_decision, connect, key, orjson.dumps(body), wait_s, security
+        _get_decision, connect, key, orjson.dumps(stamp_event(body)), wait_s, security
     )

@@ -1,15 +1,18 @@
 """The agent and its event-time path: executor, events, decisions, buses, the serve loop."""
 
 from ._acted_ids import ActedIds, ActedIdsStats
+from ._age import AgeSource, expiry_interval_s, stamp_event
 from ._agent import Agent
+from ._backlog import Backlog
 from ._bus import EventBus, InProcessBus
 from ._config import AgentConfig, MqttConfig, ServerConfig, WatchdogConfig, ZenohConfig
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
+from ._freshness import EventsConfig, Freshness, FreshnessStats, Verdict
 from ._health import HealthConfig, HealthReport, health_report
 from ._health_server import HealthServer, prometheus_text
-from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
+from ._mqtt import MqttBus, MqttStats, expiry_properties, parse_mqtt_url, payload_bytes
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 from ._recorder import CHANNELS, McapMessage, McapRecorder, read_mcap_json
 from ._serve import serve
@@ -21,16 +24,21 @@ __all__ = [
     "CHANNELS",
     "ActedIds",
     "ActedIdsStats",
+    "AgeSource",
     "Agent",
     "AgentConfig",
     "Arrival",
+    "Backlog",
     "Decision",
     "Event",
     "EventBus",
     "EventPayload",
+    "EventsConfig",
     "Executor",
     "ExecutorConfig",
     "ExecutorStats",
+    "Freshness",
+    "FreshnessStats",
     "HealthConfig",
     "HealthReport",
     "HealthServer",
@@ -45,12 +53,15 @@ __all__ = [
     "ServerConfig",
     "StallWatchdog",
     "Tier",
+    "Verdict",
     "WatchdogConfig",
     "WatchdogStats",
     "ZenohBus",
     "ZenohConfig",
     "ZenohSecurity",
     "ZenohStats",
+    "expiry_interval_s",
+    "expiry_properties",
     "health_report",
     "parse_broker_url",
     "parse_mqtt_url",
@@ -60,5 +71,6 @@ __all__ = [
     "read_mcap_json",
     "refusal",
     "serve",
+    "stamp_event",
     "zenoh_config",
 ]

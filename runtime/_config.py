@@ -56,9 +56,9 @@ class MqttConfig(BaseModel):
     """QoS of the actions topic. Delivery is at least once either way (a broker crash can
     deliver a decision twice: act once per the action's id); 2 only widens what a broker
     that answers before saving (Mosquitto) can lose -- see :class:`MqttBus`."""
-    connect_timeout_s: float | None = Field(default=10.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, ge=0)
     """``forethought run``: how long the first connection may take before the command ends
-    with an error (None: retry forever, saying so once)."""
+    with an error (0: keep retrying, saying so once). The agent says ready once connected."""
     resend_window_s: float = Field(default=0.5, ge=0)
     """Decisions completed this long before the broker was last heard, or since, are published
     again once a lost connection is back: it may have restarted without them (0: never).

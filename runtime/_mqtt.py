@@ -58,12 +58,13 @@ from paho.mqtt.properties import Properties
 
 from forethought.policies import ConfigError, InvalidEvent
 
+from ._age import expiry_interval_s
 from ._decision import Decision
 from ._event import Arrival, Event, ReplyTo, parse_payload, raw_id
 from ._health import HealthReport
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 
-__all__ = ["MqttBus", "MqttStats", "parse_mqtt_url", "payload_bytes"]
+__all__ = ["MqttBus", "MqttStats", "expiry_properties", "parse_mqtt_url", "payload_bytes"]
 
 log = logging.getLogger("forethought.mqtt")
 
@@ -113,6 +114,20 @@ def payload_bytes(message: aiomqtt.Message) -> bytes:
     """A message's payload as bytes (aiomqtt types it as bytes, str, numbers or None)."""
     raw = message.payload
     return raw if isinstance(raw, bytes) else str(raw).encode()
+
+
+def expiry_properties(
+    deadline_ms: float | None, properties: Properties | None = None
+) -> Properties:
+    """PUBLISH properties for an event: its Message Expiry Interval set from its deadline.
+
+    The broker drops the event once it has waited that long (whole seconds, rounded up), and
+    lowers the interval by the time it waited (MQTT 5 §3.3.2.3.3). No deadline: no expiry.
+    """
+    props = properties or Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    if deadline_ms is not None:
+        props.MessageExpiryInterval = expiry_interval_s(deadline_ms)
+    return props
 
 
 # PUBCOMP's "packet identifier not found": the broker lost the state of a handshake its own
@@ -207,6 +222,7 @@ class MqttBus:
         resend_window_s: float = 0.5,
     ) -> None:
         self._host, self._port, self._tls = parse_broker_url(url)
+        self.url = url
         self._security = security or MqttSecurity()
         if not agent_id or any(c in agent_id for c in "#+/"):
             raise ConfigError("agent_id", agent_id, "must be non-empty, without # + or /")
@@ -296,8 +312,14 @@ class MqttBus:
                 reason = refusal(exc)
                 if reason is not None:  # the same on every retry: say why and stop
                     raise ConfigError("mqtt", f"{self._host}:{self._port}", reason) from None
-                log.warning(
-                    "mqtt connection to %s:%s lost or refused: %s", self._host, self._port, exc
+                # Before the first connection, the caller waits for it and says what failed
+                # (``forethought run``: one error line after ``connect_timeout_s``).
+                log.log(
+                    logging.WARNING if self.stats.connects else logging.DEBUG,
+                    "mqtt connection to %s:%s lost or refused: %s",
+                    self._host,
+                    self._port,
+                    exc,
                 )
             finally:
                 self._connected.clear()

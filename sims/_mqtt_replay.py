@@ -19,7 +19,7 @@ import orjson
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from forethought.runtime import parse_mqtt_url, payload_bytes
+from forethought.runtime import expiry_properties, parse_mqtt_url, payload_bytes, stamp_event
 
 from ._records import Record, StrategyRun
 from ._scenario import Scenario
@@ -91,11 +91,12 @@ async def replay_over_mqtt(
                 props.ResponseTopic = reply_topic
                 props.CorrelationData = str(i).encode()
                 sent[i] = time.perf_counter()
+                # When it was sent, and an expiry at the broker: its deadline counts from here.
                 await client.publish(
                     f"forethought/{agent_id}/events/{ev.type}",
-                    orjson.dumps(body),
+                    orjson.dumps(stamp_event(body)),
                     qos=1,
-                    properties=props,
+                    properties=expiry_properties(scenario.deadline_ms(ev), props),
                 )
             longest = max((scenario.deadline_ms(e) for e in events), default=0.0)
             try:

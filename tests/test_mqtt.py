@@ -27,6 +27,7 @@ from forethought.runtime import (
     MqttBus,
     parse_payload,
     payload_bytes,
+    stamp_event,
 )
 
 pytestmark = pytest.mark.broker
@@ -100,7 +101,9 @@ async def running(
 
 
 def event(i: int, **extra: Any) -> bytes:
-    return orjson.dumps({"id": f"e{i}", "type": "ping", "params": {"n": i % 10}, **extra})
+    """A ping, stamped with when it was sent (an agent refuses events of unknown age)."""
+    body = {"id": f"e{i}", "type": "ping", "params": {"n": i % 10}, **extra}
+    return orjson.dumps(stamp_event(body))
 
 
 async def test_round_trip_and_status(broker: Broker, agent_id: str) -> None:
@@ -190,10 +193,12 @@ async def test_duplicates_expired_and_out_of_space(broker: Broker, agent_id: str
         assert errors[0]["body"]["id"] == "e5"
         assert "expired" in errors[0]["body"]["error"]
         await client.publish(
-            topic, orjson.dumps({"id": "o1", "type": "alien", "params": {}}), qos=1
+            topic, orjson.dumps(stamp_event({"id": "o1", "type": "alien", "params": {}})), qos=1
         )
         await client.publish(
-            topic, orjson.dumps({"id": "o2", "type": "ping", "params": {"n": 99}}), qos=1
+            topic,
+            orjson.dumps(stamp_event({"id": "o2", "type": "ping", "params": {"n": 99}})),
+            qos=1,
         )
         actions = await listener.wait("actions", 3)
         oos = {a["body"]["id"]: a["body"] for a in actions[1:]}

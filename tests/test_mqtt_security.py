@@ -33,6 +33,7 @@ from forethought.runtime import (
     MqttBus,
     MqttSecurity,
     parse_broker_url,
+    stamp_event,
 )
 
 AGENT, SOURCE, INTRUDER = "agent1", "source1", "intruder"
@@ -156,7 +157,7 @@ async def test_agent_decides_over_tls_with_a_password_and_the_acl_holds(
             assert await _next_action(src, within=1.5) is None
             await src.publish(
                 f"forethought/{AGENT}/events/knock",
-                orjson.dumps({"id": "ok-1", "type": "knock"}),
+                orjson.dumps(stamp_event({"id": "ok-1", "type": "knock"})),
                 qos=1,
             )
             got = await _next_action(src, within=10)

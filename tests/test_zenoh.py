@@ -20,7 +20,7 @@ from pydantic import SecretStr
 
 from forethought.bench import free_port
 from forethought.policies import ConfigError
-from forethought.runtime import ZenohConfig, ZenohSecurity, zenoh_config
+from forethought.runtime import ZenohConfig, ZenohSecurity, stamp_event, zenoh_config
 
 zenoh = pytest.importorskip("zenoh")
 
@@ -164,7 +164,8 @@ def test_round_trip_decide_bad_input_and_flood(
         assert action["id"] == "r1"
         assert action["action"]["a"] in ("stop", "slow", "go")
         # Request/reply: a get on the decide queryable.
-        body = {"id": "q1", "type": "clear", "params": {}}
+        # A query carries no timestamp: it says when it was sent itself.
+        body = stamp_event({"id": "q1", "type": "clear", "params": {}})
         replies = list(peer.session.get(f"forethought/{AGENT}/decide", payload=orjson.dumps(body)))
         assert len(replies) == 1
         assert replies[0].ok is not None

@@ -47,7 +47,7 @@ from paho.mqtt.properties import Properties
 
 from forethought.planner import ModelBackend, PlannerConfig
 from forethought.policies import AgentSpec
-from forethought.runtime import ActedIds
+from forethought.runtime import ActedIds, stamp_event
 from forethought.runtime._mqtt import _read_disconnect
 
 from ._broker import MosquittoBroker
@@ -79,7 +79,10 @@ async def _sensor(port: int, agent: str, n: int, hz: float, acked: dict[int, flo
                         await asyncio.sleep(delay)
                     body = {"id": f"m{i}", "type": "heartbeat", "deadline_ms": 60_000}
                     await client.publish(
-                        f"forethought/{agent}/events/x", orjson.dumps(body), qos=1, timeout=2.0
+                        f"forethought/{agent}/events/x",
+                        orjson.dumps(stamp_event(body)),
+                        qos=1,
+                        timeout=2.0,
                     )
                     acked[i] = loop.time()
                     i += 1

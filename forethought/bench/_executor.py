@@ -32,6 +32,7 @@ from forethought.runtime import (
     Tier,
     ZenohBus,
     payload_bytes,
+    stamp_event,
     zenoh_config,
 )
 
@@ -208,7 +209,7 @@ async def _mqtt_run(
                 body = {"id": f"m{i}", "type": node.key.type, "params": dict(node.key.params)}
                 sent[body["id"]] = time.perf_counter()
                 await client.publish(
-                    "forethought/bench/events/obstacle", orjson.dumps(body), qos=qos
+                    "forethought/bench/events/obstacle", orjson.dumps(stamp_event(body)), qos=qos
                 )
             with contextlib.suppress(TimeoutError):  # what never came is counted as lost
                 async with asyncio.timeout(30):
