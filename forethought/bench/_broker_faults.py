@@ -9,9 +9,11 @@ through one client kept across its reconnections, acting once per event id
 is killed with SIGKILL and started again at random gaps, and frozen with SIGSTOP until the
 agent notices.
 
-What must hold: every event the sensor got a PUBACK for gets an action (lost = those that
-never do); none is actuated twice (acted on again after the dedupe). Reported beside it:
-how many arrived twice (what an actuator acting on every arrival would have doubled), and
+What must hold: nothing acknowledged is lost or acted on late -- every event the sensor got a
+PUBACK for gets an action (lost = those that never do), and none is acted on after its deadline
+counted from when the sensor sent it (the actuator drops an action that arrives after the
+``deadline_ns`` it carries); none is actuated twice (acted on again after the dedupe).
+Reported beside it: how many arrived twice (what an actuator acting on every arrival would have doubled), and
 how many came with two different decisions (the agent deciding an event twice, which the
 dedupe hides; a redelivered copy is byte for byte the same). ``actions_qos=2`` shows what
 the agent's decisions at QoS 2 do, ``actuator_qos=2`` what a QoS 2 subscriber loses,
@@ -62,8 +64,22 @@ def _session() -> dict[str, Any]:
     return {"clean_start": False, "properties": props, "protocol": aiomqtt.ProtocolVersion.V5}
 
 
-async def _sensor(port: int, agent: str, n: int, hz: float, acked: dict[int, float]) -> None:
-    """Publish events 0..n-1 at ``hz``, each until the broker acknowledges it (and when)."""
+_DEADLINE_MS = 60_000
+
+
+async def _sensor(
+    port: int,
+    agent: str,
+    n: int,
+    hz: float,
+    acked: dict[int, float],
+    sent_ns: dict[str, int] | None = None,
+) -> None:
+    """Publish events 0..n-1 at ``hz``, each until the broker acknowledges it (and when).
+
+    ``sent_ns``: filled with each acknowledged event's ``sent_at_ns`` (the ground truth its
+    deadline counts from).
+    """
     loop = asyncio.get_running_loop()
     start = loop.time()
     i = 0
@@ -77,14 +93,14 @@ async def _sensor(port: int, agent: str, n: int, hz: float, acked: dict[int, flo
                     delay = start + i / hz - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
-                    body = {"id": f"m{i}", "type": "heartbeat", "deadline_ms": 60_000}
+                    body = {"id": f"m{i}", "type": "heartbeat", "deadline_ms": _DEADLINE_MS}
+                    stamped = stamp_event(body)
                     await client.publish(
-                        f"forethought/{agent}/events/x",
-                        orjson.dumps(stamp_event(body)),
-                        qos=1,
-                        timeout=2.0,
+                        f"forethought/{agent}/events/x", orjson.dumps(stamped), qos=1, timeout=2.0
                     )
                     acked[i] = loop.time()
+                    if sent_ns is not None:
+                        sent_ns[f"m{i}"] = stamped["sent_at_ns"]
                     i += 1
         # A crash between publishes is read by the next publish; one during a publish's wait
         # for its PUBACK ends in a timeout, and the "unexpected disconnection" stays unread:
@@ -101,22 +117,39 @@ class _Actuations:
     window_s: float = 60.0  # the events' deadline: an action older than that is stale anyway
     deliveries: dict[str, list[bytes]] = field(default_factory=dict)
     acted: dict[str, int] = field(default_factory=dict)
+    acted_at_ns: dict[str, int] = field(default_factory=dict)
+    """When each id was first acted on (wall clock)."""
+    sent_ns: dict[str, int] = field(default_factory=dict)
+    """The sensor's record: when each event was sent (wall clock)."""
+    dropped_late: int = 0
+    """Actions not acted on: they arrived after the ``deadline_ns`` they carry."""
     ids: ActedIds = field(init=False)
 
     def __post_init__(self) -> None:
         self.ids = ActedIds(window_s=self.window_s)
 
     def take(self, raw: bytes, now: float) -> None:
-        ident = str(orjson.loads(raw).get("id", "?"))
+        body = orjson.loads(raw)
+        ident = str(body.get("id", "?"))
         self.deliveries.setdefault(ident, []).append(raw)
+        wall = time.time_ns()
+        deadline = body.get("deadline_ns")
+        if deadline is not None and wall > deadline:  # an actuator never acts on a late action
+            self.dropped_late += 1
+            return
         if self.ids.first(ident, now=now):
             self.acted[ident] = self.acted.get(ident, 0) + 1
+            self.acted_at_ns.setdefault(ident, wall)
 
     def figures(self, sent: set[str]) -> dict[str, Any]:
-        """Lost, and the three kinds of "twice", over the ids the broker acknowledged."""
+        """Lost, acted on late, and the three kinds of "twice", over the acknowledged ids."""
         got = {i: d for i, d in self.deliveries.items() if i in sent}
+        due = {i: t + _DEADLINE_MS * 1_000_000 for i, t in self.sent_ns.items()}
         return {
             "lost": len(sent - set(got)),
+            # Acted on after the event's deadline, counted from when the sensor sent it.
+            "acted_late": sum(at > due.get(i, at) for i, at in self.acted_at_ns.items()),
+            "dropped_late": self.dropped_late,
             # Arrivals beyond the first per id (the broker's redelivery, or the agent's repeat):
             # what an actuator acting on every arrival would have acted on twice.
             "delivered_twice": sum(len(d) - 1 for d in got.values()),
@@ -226,7 +259,9 @@ async def run_broker_faults(
                     _actuator(broker.port, agent_id, log, ready, actuator_qos), name="act"
                 )
                 await ready.wait()
-                sensor = tg.create_task(_sensor(broker.port, agent_id, n, hz, acked), name="s")
+                sensor = tg.create_task(
+                    _sensor(broker.port, agent_id, n, hz, acked, log.sent_ns), name="s"
+                )
                 order = ["kill"] * kills + ["freeze"] * freezes
                 rng.shuffle(order)
                 for what, gap in zip(order, gaps, strict=True):
@@ -379,7 +414,9 @@ async def run_agent_kills(
             await until(lambda: online_since(t0), 120.0)
             gaps = [rng.uniform(*gap_s) for _ in range(kills)]
             n = int(hz * (sum(gaps) + 10.0 * kills + 5.0))
-            sensor = tg.create_task(_sensor(broker.port, agent_id, n, hz, acked), name="s")
+            sensor = tg.create_task(
+                _sensor(broker.port, agent_id, n, hz, acked, log.sent_ns), name="s"
+            )
             for gap in gaps:
                 await asyncio.sleep(gap)
                 killed_at = loop.time()  # before: the will may come while we reap it

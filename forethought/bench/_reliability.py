@@ -11,10 +11,15 @@ The rows measured here (the issue's numbering):
   planner generating). Must hold: none lost, none actuated twice, publish -> action p99 <= 10 ms.
 * **R3 broker crashes** -- :mod:`._broker_faults`: a persistent Mosquitto killed and frozen
   under a 50 Hz QoS 1 stream, an actuator at QoS 1 acting once per event id. Must hold:
-  nothing the broker acknowledged lost, nothing actuated twice, no event decided twice by the
-  agent, reconnect p99 <= 2 s, a frozen broker noticed within 1.5 x keepalive, the retained
+  nothing the broker acknowledged lost or acted on late, nothing actuated twice, no event
+  decided twice by the agent, reconnect p99 <= 2 s, a frozen broker noticed within 1.5 x keepalive, the retained
   status true after each reconnection and after the stop; and the same through kills of the
   agent itself.
+* **R11 stale events** -- :mod:`._stale_events`: a 50 Hz sender with 200-500 ms deadlines, the
+  agent (``forethought run``) SIGKILLed and restarted 10 times and the broker 5 times. Must
+  hold: 0 actions for events older than their deadline reach the actuator, 0 ``met: true`` on a
+  late event, every event acted on, refused (expired ones counted on the errors topic) or lost
+  only within an outage's span.
 * **R4 planner and model faults** -- :mod:`._faults`: the model worker killed and stopped,
   exceptions, grammar errors, malformed, truncated and runaway outputs, cycled while tree hits
   arrive at 50 Hz. Must hold: no tree-hit miss, nothing invalid emitted or stored, live calls
@@ -73,6 +78,7 @@ __all__ = [
     "ABUSES",
     "RELIABILITY_SPEC",
     "hostile_payloads",
+    "r11_targets",
     "reliability_targets",
     "run_reliability_bench",
 ]
@@ -564,7 +570,7 @@ def run_reliability_bench(
     say: Callable[[str], None] = print,
     load_minutes: float | None = None,
 ) -> dict[str, Any]:
-    """Run R5, R8, R9, R4, R3, R10, then R1 + R7, then R2.
+    """Run R5, R8, R9, R4, R3, R11, R10, then R1 + R7, then R2.
 
     R1 goes last: its loaded cores slow what the latency model learns, which would change what
     the other rows' executor predicts. ``load_minutes``: how long R1 + R7 run (default 10, or
@@ -612,6 +618,14 @@ def run_reliability_bench(
     say(f"R3 agent: `forethought run` killed {agent_kills} times, restarted from its snapshot")
     out["r3_agent"] = r3a = asyncio.run(run_agent_kills(backend.model_id, kills=agent_kills))
     say(f"  { {k: v for k, v in r3a.items() if k != 'rows'} }")
+    from ._stale_events import run_stale_events  # noqa: PLC0415
+
+    stale_kills, stale_restarts = (2, 1) if quick else (10, 5)
+    say(f"R11 stale events: agent killed {stale_kills} times, broker {stale_restarts} times")
+    out["r11_stale"] = r11 = asyncio.run(
+        run_stale_events(backend.model_id, agent_kills=stale_kills, broker_restarts=stale_restarts)
+    )
+    say(f"  { {k: v for k, v in r11.items() if k not in ('rows', 'skews')} }")
     say(f"R10 deterministic replays: {runs} virtual-time replays")
     out["r10_replays"] = _replays(backend, runs, say)
     say(f"R1+R7 load: 200 Hz tree hits for {seconds:.0f} s, planner generating, cores loaded")
@@ -657,6 +671,7 @@ def reliability_targets(r: dict[str, Any]) -> dict[str, tuple[float | None, str,
         "R2 publish->action p99 ms": (r["r2_qos1"].get("p99_ms"), "<=", 10.0),
         **_r3_targets(r.get("r3_broker")),
         **_r3_agent_targets(r.get("r3_agent")),
+        **r11_targets(r.get("r11_stale")),
         **_r4_targets(r.get("r4_faults")),
         "R5 crashes": (h["crashes"], "<=", 0),
         "R5 refusals without a field": (h["unnamed"], "<=", 0),
@@ -682,6 +697,7 @@ def _r3_targets(r3: dict[str, Any] | None) -> dict[str, tuple[float | None, str,
         return {}
     return {
         "R3 events lost through broker crashes": (r3["lost"], "<=", 0),
+        "R3 events acted on late through broker crashes": (r3["acted_late"], "<=", 0),
         "R3 events actuated twice through broker crashes": (r3["actuated_twice"], "<=", 0),
         "R3 events decided twice through broker crashes": (r3["decided_twice"], "<=", 0),
         "R3 reconnect p99 s": (r3["reconnect_p99_s"], "<=", 2.0),
@@ -703,10 +719,28 @@ def _r3_agent_targets(r: dict[str, Any] | None) -> dict[str, tuple[float | None,
         return {}
     return {
         "R3 events lost through agent kills": (r["lost"], "<=", 0),
+        "R3 events acted on late through agent kills": (r["acted_late"], "<=", 0),
         "R3 events actuated twice through agent kills": (r["actuated_twice"], "<=", 0),
         "R3 events decided twice through agent kills": (r["decided_twice"], "<=", 0),
         "R3 restarts not from the snapshot": (r["kills"] - r["restarted_from_snapshot"], "<=", 0),
         "R3 kills without the will's offline": (0 if r["will_offline_every_kill"] else 1, "<=", 0),
+    }
+
+
+def r11_targets(r: dict[str, Any] | None) -> dict[str, tuple[float | None, str, float]]:
+    """R11's must-hold figures as targets (value, op, bound)."""
+    if r is None:
+        return {}
+    return {
+        "R11 actions for events older than their deadline": (r["late_actions"], "<=", 0),
+        "R11 met: true on a late event": (r["met_true_late"], "<=", 0),
+        "R11 acted on after the deadline": (r["acted_late"], "<=", 0),
+        "R11 events neither acted on nor refused outside an outage": (
+            r["unexplained_missing"],
+            "<=",
+            0,
+        ),
+        "R11 expired events counted on the errors topic": (r["expired_counted"], ">=", 1),
     }
 
 

@@ -1,0 +1,360 @@
+"""R11 of ``forethought bench --suite reliability``: a stale event never acts.
+
+A real Mosquitto with persistence; ``forethought run`` as a real process with a persistent
+session; a *sender* at 50 Hz whose events carry 200-500 ms deadlines, ``sent_at_ns`` and a
+Message Expiry Interval, as ``forethought send`` does; an *actuator* subscribed to the actions
+topic, acting once per event id, only on a ``met`` action that arrives before the action's own
+``deadline_ns``; and a watcher of the errors topic. Meanwhile the agent is SIGKILLed and started
+again (``agent_kills`` times) and the broker killed and started again (``broker_restarts``
+times), in a shuffled order at random gaps: each outage leaves a backlog of events older than
+their deadlines, in the broker's queue and in the agent's persistent session.
+
+Ground truth is the sender's own record (one host, one clock): when each event was sent, and
+its deadline. What must hold:
+
+* ``late_actions``: 0 actions for events older than their deadline reach the actuator -- no
+  action decided after its event's deadline (the ``decided_at_ns`` the action carries, against
+  the sender's send time + deadline);
+* ``met_true_late``: 0 of those say ``met: true``;
+* ``acted_late``: 0 acted on after the event's deadline (the actuator's receipt);
+* ``unexplained_missing``: every event the broker acknowledged gets an action or a refusal on
+  the errors topic (expired ones counted there, ``expired: waited N ms before arrival``), unless
+  an outage covered its whole life -- then the broker dropped it (its expiry) or the agent died
+  with it, which the figures count (``missing_in_outage``).
+
+Also measured, once the faults are over: the clock skew the agent tolerates (a sender's clock
+set off by each of ``skews_ms``: which events are decided in time, which refused), and how
+long ``forethought send`` takes to hear a refusal (``--deadline-ms 0``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+import orjson
+
+from forethought.runtime import ActedIds, expiry_properties
+
+from ._broker import MosquittoBroker
+from ._broker_faults import _agent_command, _session, _status_watch
+from ._faults import FAULTS_SPEC, until
+
+__all__ = ["run_stale_events"]
+
+_SPEC: dict[str, Any] = {
+    **FAULTS_SPEC,
+    "name": "stale",
+    # The heartbeat's deadline is the payload's (200-500 ms); the type's is the longest.
+    "events": [{"type": "heartbeat", "state_fields": [], "deadline_ms": 500}],
+}
+_CONFIG = """model = "{model}"
+[planner]
+enabled = false
+[executor]
+use_live = false
+use_score = false
+[mqtt]
+keepalive = 2
+connect_timeout_s = 60
+[health]
+interval_s = 0.5
+"""
+
+
+@dataclass(slots=True)
+class _Sent:
+    """The sender's record: per event id, when it was sent (wall ns) and its deadline (ms)."""
+
+    at_ns: dict[str, int] = field(default_factory=dict)
+    deadline_ms: dict[str, float] = field(default_factory=dict)
+
+    def due_ns(self, ident: str) -> int:
+        return self.at_ns[ident] + round(self.deadline_ms[ident] * 1e6)
+
+
+async def _sender(
+    port: int, agent: str, n: int, hz: float, span_ms: tuple[float, float], sent: _Sent
+) -> None:
+    """Events 0..n-1 at ``hz``, each until the broker acknowledges it, stamped as sent."""
+    rng = random.Random(7)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    i = 0
+    while i < n:
+        with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
+            async with aiomqtt.Client(
+                "127.0.0.1", port, identifier=f"{agent}-sender", timeout=2.0, **_session()
+            ) as client:
+                while i < n:
+                    delay = start + i / hz - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    ident, deadline = f"s{i}", round(rng.uniform(*span_ms), 1)
+                    at = time.time_ns()
+                    body = {"id": ident, "type": "heartbeat", "deadline_ms": deadline}
+                    await client.publish(
+                        f"forethought/{agent}/events/heartbeat",
+                        orjson.dumps({**body, "sent_at_ns": at}),
+                        qos=1,
+                        properties=expiry_properties(deadline),
+                        timeout=2.0,
+                    )
+                    sent.at_ns[ident], sent.deadline_ms[ident] = at, deadline
+                    i += 1
+        await asyncio.sleep(0.05)  # the broker is down: try again soon
+
+
+@dataclass(slots=True)
+class _Outcomes:
+    """What came back: actions (with their receipt time) and refusals, per event id."""
+
+    actions: dict[str, list[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
+    refusals: dict[str, str] = field(default_factory=dict)
+    acted: dict[str, int] = field(default_factory=dict)
+    dropped_late: int = 0
+    """Actions the actuator did not act on: they arrived after their ``deadline_ns``, or were
+    not ``met``."""
+    ids: ActedIds = field(default_factory=lambda: ActedIds(window_s=60.0))
+
+    def take_action(self, body: dict[str, Any], now_ns: int) -> None:
+        ident = str(body.get("id"))
+        self.actions.setdefault(ident, []).append((now_ns, body))
+        deadline = body.get("deadline_ns")
+        if not body.get("met") or deadline is None or now_ns > deadline:
+            self.dropped_late += 1
+            return
+        if self.ids.first(ident, now=now_ns / 1e9):
+            self.acted[ident] = now_ns
+
+    def take_error(self, body: dict[str, Any]) -> None:
+        if "error" in body and "id" in body:
+            self.refusals.setdefault(str(body["id"]), str(body["error"]))
+
+
+async def _watch(port: int, agent: str, out: _Outcomes, ready: asyncio.Event) -> None:
+    """Actions and refusals, across broker restarts (a persistent QoS 1 session)."""
+    client = aiomqtt.Client("127.0.0.1", port, identifier=f"{agent}-actuator", **_session())
+    while True:
+        with contextlib.suppress(aiomqtt.MqttError):
+            async with client:
+                await client.subscribe(f"forethought/{agent}/actions", qos=1)
+                await client.subscribe(f"forethought/{agent}/errors", qos=1)
+                ready.set()
+                async for m in client.messages:
+                    now = time.time_ns()
+                    body = orjson.loads(m.payload if isinstance(m.payload, bytes) else b"{}")
+                    if m.topic.value.endswith("/actions"):
+                        out.take_action(body, now)
+                    else:
+                        out.take_error(body)
+        await asyncio.sleep(0.05)
+
+
+def _figures(sent: _Sent, out: _Outcomes, outages: list[tuple[int, int]]) -> dict[str, Any]:
+    ids = set(sent.at_ns)
+    late = [
+        i
+        for i, got in out.actions.items()
+        if i in ids and any(b.get("decided_at_ns", 0) > sent.due_ns(i) for _, b in got)
+    ]
+    met_late = [
+        i
+        for i, got in out.actions.items()
+        if i in ids
+        and any(b.get("met") and b.get("decided_at_ns", 0) > sent.due_ns(i) for _, b in got)
+    ]
+    acted_late = [i for i, at in out.acted.items() if i in ids and at > sent.due_ns(i)]
+    missing = sorted(ids - set(out.actions) - set(out.refusals))
+
+    def in_outage(i: str) -> bool:
+        return any(a <= sent.due_ns(i) and sent.at_ns[i] <= b for a, b in outages)
+
+    unexplained = [i for i in missing if not in_outage(i)]
+    reasons: dict[str, int] = {}
+    for why in out.refusals.values():
+        kind = why.split(":", 1)[0]
+        reasons[kind] = reasons.get(kind, 0) + 1
+    return {
+        "acked": len(ids),
+        "decided": len(set(out.actions) & ids),
+        "acted": len(set(out.acted) & ids),
+        "late_actions": len(late),
+        "met_true_late": len(met_late),
+        "acted_late": len(acted_late),
+        "late_examples": late[:10],
+        "refused": reasons,
+        "expired_counted": reasons.get("expired", 0),
+        "missing_in_outage": len(missing) - len(unexplained),
+        "unexplained_missing": len(unexplained),
+        "unexplained_examples": unexplained[:10],
+        "dropped_by_actuator": out.dropped_late,
+    }
+
+
+async def _skews(port: int, agent: str, skews_ms: list[float], deadline_ms: float) -> Any:
+    """Per sender clock offset (ms, + ahead): events decided met, refused, and why."""
+    rows = []
+    async with aiomqtt.Client(
+        "127.0.0.1", port, identifier=f"{agent}-skew", protocol=aiomqtt.ProtocolVersion.V5
+    ) as client:
+        await client.subscribe(f"forethought/{agent}/actions", qos=1)
+        await client.subscribe(f"forethought/{agent}/errors", qos=1)
+        for k, skew in enumerate(skews_ms):
+            ids = {f"k{k}-{j}" for j in range(5)}
+            for ident in sorted(ids):
+                body = {
+                    "id": ident,
+                    "type": "heartbeat",
+                    "deadline_ms": deadline_ms,
+                    "sent_at_ns": time.time_ns() + round(skew * 1e6),
+                }
+                await client.publish(
+                    f"forethought/{agent}/events/heartbeat", orjson.dumps(body), qos=1
+                )
+            met = refused = 0
+            why: set[str] = set()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    async for m in client.messages:
+                        b = orjson.loads(m.payload if isinstance(m.payload, bytes) else b"{}")
+                        if b.get("id") not in ids:
+                            continue
+                        ids.discard(b["id"])
+                        if "error" in b:
+                            refused += 1
+                            why.add(str(b["error"]).split(":", 1)[0])
+                        else:
+                            met += bool(b.get("met"))
+                        if not ids:
+                            break
+            rows.append({"skew_ms": skew, "met": met, "refused": refused, "why": sorted(why)})
+    return rows
+
+
+async def _send_refusals(url: str, agent: str, rounds: int) -> list[float]:
+    """Seconds ``forethought send --deadline-ms 0`` takes to raise the agent's refusal."""
+    from forethought._commands import Refused, send_event  # noqa: PLC0415 - the CLI's own
+
+    took = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        with contextlib.suppress(Refused):
+            await send_event(
+                mqtt=url,
+                agent_id=agent,
+                event_type="heartbeat",
+                params={},
+                deadline_ms=0,
+                wait_s=10.0,
+            )
+            raise AssertionError("the agent decided an event with deadline_ms 0")
+        took.append(time.perf_counter() - t)
+    return took
+
+
+async def run_stale_events(
+    model: str,
+    *,
+    agent_kills: int,
+    broker_restarts: int,
+    gap_s: tuple[float, float] = (2.0, 5.0),
+    down_s: tuple[float, float] = (0.2, 1.5),
+    hz: float = 50.0,
+    deadlines_ms: tuple[float, float] = (200.0, 500.0),
+    skews_ms: tuple[float, ...] = (-450, -300, -200, -150, -100, -50, 0, 50, 99, 101, 150, 300),
+    refusal_rounds: int = 20,
+    seed: int = 11,
+) -> dict[str, Any]:
+    """R11: the agent killed ``agent_kills`` times, the broker ``broker_restarts`` times."""
+    rng = random.Random(seed)
+    agent_id = "r11"
+    sent, out = _Sent(), _Outcomes()
+    statuses: list[tuple[float, Any]] = []
+    outages: list[tuple[int, int]] = []
+    loop = asyncio.get_running_loop()
+    with tempfile.TemporaryDirectory() as tmp, MosquittoBroker(persistent=True) as broker:
+        spec, config = Path(tmp) / "spec.json", Path(tmp) / "agent.toml"
+        spec.write_bytes(orjson.dumps(_SPEC))
+        config.write_text(_CONFIG.format(model=model))
+        cmd = _agent_command(spec, config, broker.url, agent_id)
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+        def start() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(  # noqa: S603 - our own command line
+                cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+
+        def online_since(t: float) -> bool:
+            return any(at >= t and s.get("online") is True for at, s in statuses)
+
+        async with asyncio.TaskGroup() as tg:
+            watch = tg.create_task(_status_watch(broker.port, agent_id, statuses), name="w")
+            ready = asyncio.Event()
+            act = tg.create_task(_watch(broker.port, agent_id, out, ready), name="act")
+            await ready.wait()
+            proc = start()
+            t0 = loop.time()
+            if await until(lambda: online_since(t0), 180.0) is None:
+                raise RuntimeError("the agent did not come online within 180 s")
+            order = ["agent"] * agent_kills + ["broker"] * broker_restarts
+            rng.shuffle(order)
+            gaps = [rng.uniform(*gap_s) for _ in order]
+            n = int(hz * (sum(gaps) + 30.0 * agent_kills + 10.0 * broker_restarts + 5.0))
+            sender = tg.create_task(
+                _sender(broker.port, agent_id, n, hz, deadlines_ms, sent), name="s"
+            )
+            rows = []
+            for what, gap in zip(order, gaps, strict=True):
+                await asyncio.sleep(gap)
+                down_at, at = time.time_ns(), loop.time()
+                if what == "agent":
+                    proc.kill()
+                    await asyncio.to_thread(proc.wait)
+                    await asyncio.sleep(rng.uniform(*down_s))
+                    again = loop.time()
+                    proc = start()
+                else:
+                    broker.stop()
+                    await asyncio.sleep(rng.uniform(*down_s))
+                    again = loop.time()
+                    await asyncio.to_thread(broker.start)
+                back = await until(lambda a=again: online_since(a), 180.0)
+                outages.append((down_at, time.time_ns()))
+                rows.append({"fault": what, "online_again_after_s": back and back + again - at})
+            sender.cancel()
+            await until(lambda: set(out.actions) | set(out.refusals) >= set(sent.at_ns), 10.0)
+            skews = await _skews(broker.port, agent_id, list(skews_ms), 300.0)
+            refusals = await _send_refusals(broker.url, agent_id, refusal_rounds)
+            last = next((s for _, s in reversed(statuses) if "counters" in (s or {})), None)
+            proc.terminate()
+            await asyncio.to_thread(proc.wait)
+            act.cancel()
+            watch.cancel()
+    refusals.sort()
+    return {
+        "agent_kills": agent_kills,
+        "broker_restarts": broker_restarts,
+        "hz": hz,
+        "deadlines_ms": list(deadlines_ms),
+        "events": len(sent.at_ns),
+        **_figures(sent, out, outages),
+        "last_report_age_counters": last["counters"].get("age") if last else None,
+        "skews": skews,
+        "send_refusal_ms": {
+            "rounds": len(refusals),
+            "p50": round(statistics.median(refusals) * 1e3, 1),
+            "max": round(refusals[-1] * 1e3, 1),
+        },
+        "rows": rows,
+    }
