@@ -9,19 +9,19 @@ through one client kept across its reconnections, acting once per event id
 is killed with SIGKILL and started again at random gaps, and frozen with SIGSTOP until the
 agent notices.
 
-What must hold: nothing acknowledged is lost or acted on late -- every event the sensor got a
-PUBACK for gets an action (lost = those that never do), and none is acted on after its deadline
-counted from when the sensor sent it (the actuator drops an action that arrives after the
-``deadline_ns`` it carries); none is actuated twice (acted on again after the dedupe).
-Reported beside it: how many arrived twice (what an actuator acting on every arrival would have doubled), and
-how many came with two different decisions (the agent deciding an event twice, which the
-dedupe hides; a redelivered copy is byte for byte the same). ``actions_qos=2`` shows what
-the agent's decisions at QoS 2 do, ``actuator_qos=2`` what a QoS 2 subscriber loses,
-``resend_window_s=0`` what the agent's resend after an outage saves. The agent is subscribed
-again soon after each restart (reconnect p50/p99, from its loss of the connection); a frozen
-broker is noticed (detection time, against 1.5 x keepalive); and the retained status tells
-the truth after every reconnection (online) and after the agent stops (the will's or its own
-``offline``).
+What must hold: nothing acknowledged is lost or acted on late -- every event the sensor got a PUBACK
+for gets an action (lost = those that never do), and none is acted on after its deadline counted
+from when the sensor sent it (the actuator drops an action that arrives after the ``deadline_ns`` it
+carries); none is actuated twice (acted on again after the dedupe). Reported beside it: how many
+arrived twice (what an actuator acting on every arrival would have doubled), and how many came with
+two different decisions (the agent deciding an event twice, which the dedupe hides; a redelivered
+copy is byte for byte the same). ``actions_qos=2`` shows what the agent's decisions at QoS 2 do,
+``actuator_qos=2`` what a QoS 2 subscriber loses, ``resend_window_s=0`` what the agent's resend
+after an outage saves. The agent is subscribed again soon after each restart (reconnect p50/p99,
+from its loss of the connection); a frozen broker is noticed (detection time, against 1.5 x
+keepalive); and the retained status tells the truth after every reconnection (online) and after the
+agent stops (the will's or its own ``offline``).
+
 
 Event deadlines are long here (60 s): the row is about delivery through outages, not about
 deadlines, which an outage of seconds would pass (an expired event is reported on the

@@ -9,12 +9,11 @@ The rows measured here (the issue's numbering):
   from the scheduled tick, RSS start/end/slope, the most tasks alive.
 * **R2 QoS 1** -- numbered events at 50 Hz over a real Mosquitto at QoS 1 (tree hits, the
   planner generating). Must hold: none lost, none actuated twice, publish -> action p99 <= 10 ms.
-* **R3 broker crashes** -- :mod:`._broker_faults`: a persistent Mosquitto killed and frozen
-  under a 50 Hz QoS 1 stream, an actuator at QoS 1 acting once per event id. Must hold:
-  nothing the broker acknowledged lost or acted on late, nothing actuated twice, no event
-  decided twice by the agent, reconnect p99 <= 2 s, a frozen broker noticed within 1.5 x keepalive, the retained
-  status true after each reconnection and after the stop; and the same through kills of the
-  agent itself.
+* **R3 broker crashes** -- :mod:`._broker_faults`: a persistent Mosquitto killed and frozen under a
+  50 Hz QoS 1 stream, an actuator at QoS 1 acting once per event id. Must hold: nothing the broker
+  acknowledged lost or acted on late, nothing actuated twice, no event decided twice by the agent,
+  reconnect p99 <= 2 s, a frozen broker noticed within 1.5 x keepalive, the retained status true
+  after each reconnection and after the stop; and the same through kills of the agent itself.
 * **R11 stale events** -- :mod:`._stale_events`: a 50 Hz sender with 200-500 ms deadlines, the
   agent (``forethought run``) SIGKILLed and restarted 10 times and the broker 5 times. Must
   hold: 0 actions for events older than their deadline reach the actuator, 0 ``met: true`` on a
