@@ -25,6 +25,7 @@ from forethought.bench._reliability import (
     _qos1,
     hostile_payloads,
 )
+from forethought.bench._stale_events import run_stale_events
 from forethought.planner import TransformersBackend
 from forethought.policies import InvalidEvent
 from forethought.runtime import Arrival, Event, EventPayload, parse_payload
@@ -220,3 +221,34 @@ def test_a_killed_agent_restarts_from_its_snapshot_and_loses_nothing(tiny_model_
     assert out["decided_twice"] == 0, out
     assert out["will_offline_every_kill"], out["rows"]
     assert out["restarted_from_snapshot"] == 2, out["rows"]
+
+
+@pytest.mark.broker
+def test_stale_events_never_act_through_agent_and_broker_restarts(tiny_model_dir: Path) -> None:
+    """R11, short: 200-500 ms deadlines at 50 Hz, ``forethought run`` SIGKILLed twice and the
+    broker restarted once. Checked to fail on the code before deadlines counted from sending:
+    the sender's ``sent_at_ns`` was refused there as an unknown field, so nothing was acted on
+    and the run raised before its figures (and without the stamp, the restarted agent decided
+    its backlog late with ``met: true``: test_stale_events.py)."""
+    out = asyncio.run(
+        run_stale_events(
+            str(tiny_model_dir),
+            agent_kills=2,
+            broker_restarts=1,
+            skews_ms=(-450, 0, 99, 150),
+            refusal_rounds=3,
+        )
+    )
+    assert out["acked"] > 200, out
+    assert out["late_actions"] == 0, out
+    assert out["met_true_late"] == 0, out
+    assert out["acted_late"] == 0, out
+    assert out["unexplained_missing"] == 0, out
+    assert out["expired_counted"] >= 1, out  # each outage left a backlog past its deadlines
+    assert out["acted"] > 0.5 * out["acked"], out
+    by_skew = {row["skew_ms"]: row for row in out["skews"]}
+    assert by_skew[0]["met"] == 5
+    assert by_skew[99]["met"] == 5  # a clock ahead within max_future_ms: counted from arrival
+    assert by_skew[150]["why"] == ["from the future"]
+    assert by_skew[-450]["why"] == ["expired"]  # behind by more than the deadline
+    assert out["send_refusal_ms"]["rounds"] == 3
