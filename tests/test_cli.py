@@ -96,3 +96,34 @@ def test_a_busy_machine_is_refused_a_measured_profile(tiny_backend) -> None:  # 
     assert quiet.prefill_per_token_s >= 0
     with pytest.raises(ConfigError, match="busy"):  # no two rounds are ever exactly equal
         measure_profile(tiny_backend, rounds=3, max_spread=1.0)
+
+
+def test_run_with_an_unreachable_broker_ends_with_one_error_line(tmp_path, tiny_model_dir) -> None:  # type: ignore[no-untyped-def]
+    import orjson
+
+    spec = tmp_path / "spec.json"
+    spec.write_bytes(
+        orjson.dumps(
+            {
+                "name": "r",
+                "description": "A test robot.",
+                "action": {"type": "object", "properties": {"a": {"enum": ["stop", "go"]}}},
+                "default_action": {"a": "stop"},
+                "events": [{"type": "ping", "deadline_ms": 300}],
+            }
+        )
+    )
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'model = "{tiny_model_dir}"\n[planner]\nenabled = false\n[mqtt]\nconnect_timeout_s = 1\n'
+    )
+    out = run("run", str(spec), "--mqtt", "mqtt://127.0.0.1:1", "--config", str(config))
+    assert out.returncode == 2, out.stderr
+    assert "ready" not in out.stderr  # ready only once connected
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: mqtt: no broker answered within 1 s (mqtt.connect_timeout_s; 0 keeps retrying) "
+        "(got 'mqtt://127.0.0.1:1')"
+    ], out.stderr
+    assert "Traceback" not in out.stderr
+    assert "WARNING" not in out.stderr  # the retries before it are not a wall of warnings
