@@ -349,6 +349,19 @@ async def _status_watch(port: int, agent: str, seen: list[tuple[float, Any]]) ->
         await asyncio.sleep(0.05)
 
 
+def agent_process(cmd: list[str]) -> subprocess.Popen[bytes]:
+    """``forethought run`` (``cmd``) as a process of its own, offline, its output dropped."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.Popen(  # noqa: S603 - our own command line
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def online_after(statuses: list[tuple[float, Any]], t: float) -> bool:
+    """Whether a retained status said online at or after ``t`` (loop time)."""
+    return any(at >= t and s.get("online") is True for at, s in statuses)
+
+
 def _agent_command(spec: Path, config: Path, url: str, agent: str) -> list[str]:
     return [
         sys.executable, "-m", "forethought._cli", "run", str(spec),
@@ -394,15 +407,12 @@ async def run_agent_kills(
             "learn = false\n[mqtt]\nkeepalive = 2\n[health]\ninterval_s = 0.5\n"
         )
         cmd = _agent_command(spec, config, broker.url, agent_id)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
         def start() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(  # noqa: S603 - our own command line
-                cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
+            return agent_process(cmd)
 
         def online_since(t: float) -> bool:
-            return any(at >= t and s.get("online") is True for at, s in statuses)
+            return online_after(statuses, t)
 
         async with asyncio.TaskGroup() as tg:
             watch = tg.create_task(_status_watch(broker.port, agent_id, statuses), name="w")

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import statistics
 import subprocess
@@ -47,7 +46,13 @@ import orjson
 from forethought.runtime import ActedIds, expiry_properties
 
 from ._broker import MosquittoBroker
-from ._broker_faults import _agent_command, _session, _status_watch
+from ._broker_faults import (
+    _agent_command,
+    _session,
+    _status_watch,
+    agent_process,
+    online_after,
+)
 from ._faults import FAULTS_SPEC, until
 
 __all__ = ["run_stale_events"]
@@ -288,15 +293,12 @@ async def run_stale_events(
         spec.write_bytes(orjson.dumps(_SPEC))
         config.write_text(_CONFIG.format(model=model))
         cmd = _agent_command(spec, config, broker.url, agent_id)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
         def start() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(  # noqa: S603 - our own command line
-                cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
+            return agent_process(cmd)
 
         def online_since(t: float) -> bool:
-            return any(at >= t and s.get("online") is True for at, s in statuses)
+            return online_after(statuses, t)
 
         async with asyncio.TaskGroup() as tg:
             watch = tg.create_task(_status_watch(broker.port, agent_id, statuses), name="w")
