@@ -41,20 +41,26 @@ async def serve(agent: Agent, bus: EventBus, tg: asyncio.TaskGroup, *, max_concu
     loop = asyncio.get_running_loop()
     backlog = Backlog(agent.latest_only, capacity=max_concurrent)
     tg.create_task(backlog.fill(bus.events()), name="forethought.backlog")
+
+    def refuse(event: Event, reason: str) -> None:
+        # In a task holding a slot, as a decision does: a backlog of stale events is refused
+        # at the rate the bus can report, not one broker round trip after another.
+        agent.rejected += 1
+        task = tg.create_task(bus.reject(event, reason), name=f"forethought.refuse[{event.id}]")
+        task.add_done_callback(lambda _: slots.release())
+
     while True:
         await slots.acquire()  # a slot first: the freshest event is chosen when one is free
         incoming, superseded = await backlog.take()
         for old in superseded:
             agent.freshness.stats.superseded += 1
-            agent.rejected += 1
-            await bus.reject(
+            refuse(
                 old, f"superseded: a newer {old.type!r} event ({incoming.id}) is decided instead"
             )
+            await slots.acquire()  # its slot went to the refusal: one for ``incoming``
         verdict = agent.freshness.judge(agent.arrive(incoming), loop.time())
         if verdict.refusal is not None:
-            slots.release()
-            agent.rejected += 1
-            await bus.reject(verdict.event, verdict.refusal)
+            refuse(verdict.event, verdict.refusal)
             continue
         event = verdict.event
         task = tg.create_task(_handle(agent, bus, event), name=f"forethought.event[{event.id}]")

@@ -19,8 +19,10 @@ its deadline. What must hold:
 * ``acted_late``: 0 acted on after the event's deadline (the actuator's receipt);
 * ``unexplained_missing``: every event the broker acknowledged gets an action or a refusal on
   the errors topic (expired ones counted there, ``expired: waited N ms before arrival``), unless
-  an outage covered its whole life -- then the broker dropped it (its expiry) or the agent died
-  with it, which the figures count (``missing_in_outage``).
+  an outage covered its whole life (``missing_in_outage``: the agent died with it, or the broker
+  dropped it) or the broker dropped it when its Message Expiry passed in the queue
+  (``expired_at_broker``: the next later event to come back came more than its expiry interval
+  after it was sent).
 
 Also measured, once the faults are over: the clock skew the agent tolerates (a sender's clock
 set off by each of ``skews_ms``: which events are decided in time, which refused), and how
@@ -43,7 +45,7 @@ from typing import Any
 import aiomqtt
 import orjson
 
-from forethought.runtime import ActedIds, expiry_properties
+from forethought.runtime import ActedIds, expiry_interval_s, expiry_properties
 
 from ._broker import MosquittoBroker
 from ._broker_faults import (
@@ -126,15 +128,22 @@ class _Outcomes:
 
     actions: dict[str, list[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
     refusals: dict[str, str] = field(default_factory=dict)
+    first_at_ns: dict[str, int] = field(default_factory=dict)
+    """When the first action or refusal for each id came (wall clock)."""
     acted: dict[str, int] = field(default_factory=dict)
     dropped_late: int = 0
     """Actions the actuator did not act on: they arrived after their ``deadline_ns``, or were
     not ``met``."""
     ids: ActedIds = field(default_factory=lambda: ActedIds(window_s=60.0))
+    received: int = 0
+    """Actions and refusals so far: traffic from the agent says it is back after an outage
+    (a retained status saved before a broker restart can say "online" early)."""
 
     def take_action(self, body: dict[str, Any], now_ns: int) -> None:
+        self.received += 1
         ident = str(body.get("id"))
         self.actions.setdefault(ident, []).append((now_ns, body))
+        self.first_at_ns.setdefault(ident, now_ns)
         deadline = body.get("deadline_ns")
         if not body.get("met") or deadline is None or now_ns > deadline:
             self.dropped_late += 1
@@ -142,9 +151,11 @@ class _Outcomes:
         if self.ids.first(ident, now=now_ns / 1e9):
             self.acted[ident] = now_ns
 
-    def take_error(self, body: dict[str, Any]) -> None:
+    def take_error(self, body: dict[str, Any], now_ns: int) -> None:
+        self.received += 1
         if "error" in body and "id" in body:
             self.refusals.setdefault(str(body["id"]), str(body["error"]))
+            self.first_at_ns.setdefault(str(body["id"]), now_ns)
 
 
 async def _watch(port: int, agent: str, out: _Outcomes, ready: asyncio.Event) -> None:
@@ -162,7 +173,7 @@ async def _watch(port: int, agent: str, out: _Outcomes, ready: asyncio.Event) ->
                     if m.topic.value.endswith("/actions"):
                         out.take_action(body, now)
                     else:
-                        out.take_error(body)
+                        out.take_error(body, now)
         await asyncio.sleep(0.05)
 
 
@@ -180,16 +191,34 @@ def _figures(sent: _Sent, out: _Outcomes, outages: list[tuple[int, int]]) -> dic
         and any(b.get("met") and b.get("decided_at_ns", 0) > sent.due_ns(i) for _, b in got)
     ]
     acted_late = [i for i, at in out.acted.items() if i in ids and at > sent.due_ns(i)]
-    missing = sorted(ids - set(out.actions) - set(out.refusals))
+    missing = sorted(ids - set(out.actions) - set(out.refusals), key=lambda i: int(i[1:]))
 
     def in_outage(i: str) -> bool:
         return any(a <= sent.due_ns(i) and sent.at_ns[i] <= b for a, b in outages)
 
-    unexplained = [i for i in missing if not in_outage(i)]
+    # The broker drops an event whose Message Expiry passed in its queue (it waited more than
+    # the interval): then the next later event to come back came that long after it was sent.
+    came = sorted((int(i[1:]), at) for i, at in out.first_at_ns.items() if i in ids)
+    next_came: dict[str, int] = {}
+    k = 0
+    for i in missing:
+        while k < len(came) and came[k][0] <= int(i[1:]):
+            k += 1
+        if k < len(came):
+            next_came[i] = came[k][1]
+    expired_at_broker = [
+        i
+        for i in missing
+        if not in_outage(i)
+        and next_came.get(i, 0)
+        > sent.at_ns[i] + expiry_interval_s(sent.deadline_ms[i]) * 1_000_000_000
+    ]
+    unexplained = [i for i in missing if not in_outage(i) and i not in set(expired_at_broker)]
     reasons: dict[str, int] = {}
-    for why in out.refusals.values():
-        kind = why.split(":", 1)[0]
-        reasons[kind] = reasons.get(kind, 0) + 1
+    for ident, why in out.refusals.items():
+        if ident in ids:
+            kind = why.split(":", 1)[0]
+            reasons[kind] = reasons.get(kind, 0) + 1
     return {
         "acked": len(ids),
         "decided": len(set(out.actions) & ids),
@@ -200,7 +229,8 @@ def _figures(sent: _Sent, out: _Outcomes, outages: list[tuple[int, int]]) -> dic
         "late_examples": late[:10],
         "refused": reasons,
         "expired_counted": reasons.get("expired", 0),
-        "missing_in_outage": len(missing) - len(unexplained),
+        "missing_in_outage": sum(map(in_outage, missing)),
+        "expired_at_broker": len(expired_at_broker),
         "unexplained_missing": len(unexplained),
         "unexplained_examples": unexplained[:10],
         "dropped_by_actuator": out.dropped_late,
@@ -331,7 +361,10 @@ async def run_stale_events(
                     await asyncio.sleep(rng.uniform(*down_s))
                     again = loop.time()
                     await asyncio.to_thread(broker.start)
-                back = await until(lambda a=again: online_since(a), 180.0)
+                mark = out.received
+                back = await until(
+                    lambda a=again, m=mark: online_since(a) and out.received > m, 180.0
+                )
                 outages.append((down_at, time.time_ns()))
                 rows.append({"fault": what, "online_again_after_s": back and back + again - at})
             sender.cancel()
