@@ -60,10 +60,9 @@ def expiry_interval_s(deadline_ms: float) -> int:
 def zenoh_sent_ns(timestamp: Any) -> int | None:
     """A Zenoh sample's timestamp as wall-clock nanoseconds (None: the sample has none).
 
-    Zenoh's timestamps are NTP64 (32-bit seconds since the UNIX epoch, 32-bit fraction) from
-    the publisher's hybrid logical clock, which follows its wall clock.
+    Zenoh's timestamps are NTP64 times since the UNIX epoch from the publisher's hybrid
+    logical clock, which follows its wall clock.
     """
     if timestamp is None:
         return None
-    ntp = int(timestamp.get_time_as_ntp64())
-    return (ntp >> 32) * 1_000_000_000 + ((ntp & 0xFFFF_FFFF) * 1_000_000_000 >> 32)
+    return int(timestamp.get_time_as_ntp64().as_nanos())

@@ -14,7 +14,9 @@ The same contract as :class:`~forethought.runtime.MqttBus`, on Zenoh's key expre
   network without retained messages.
 
 Peer mode by default, with explicit ``connect``/``listen`` endpoints (multicast scouting off
-unless asked for; timestamping on, so that a sample says when it was sent). Zenoh delivers
+unless asked for). Senders' sessions made by :func:`zenoh_config` stamp what they put (a sample
+then says when it was sent); the agent's own session does not, or it would stamp an unstamped
+sample as it arrives and an event of unknown age would look fresh. Zenoh delivers
 samples on its own threads: the callbacks only copy the bytes and hand them to the event loop,
 where everything else happens. Waiting events are bounded:
 when the queue is full the oldest is dropped and counted.
@@ -173,6 +175,9 @@ class ZenohBus:
             listen=self._listen,
             multicast=self._multicast,
             security=self._security,
+            # Off here: a session with it on stamps samples that come without a timestamp as
+            # they arrive, which would make an event of unknown age look fresh.
+            timestamping=False,
         )
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+import orjson
 import pytest
 
 from forethought import AgentConfig
@@ -123,11 +125,16 @@ def test_a_decision_that_missed_says_why() -> None:
 
 
 def test_the_zenoh_timestamp_is_read_as_wall_nanoseconds() -> None:
-    class Stamp:
-        def get_time_as_ntp64(self) -> int:
-            return (1_800_000_000 << 32) | (1 << 31)  # half a second past
+    zenoh = pytest.importorskip("zenoh")
+    from forethought.runtime import zenoh_config
 
-    assert zenoh_sent_ns(Stamp()) == 1_800_000_000_500_000_000
+    with zenoh.open(zenoh_config()) as session:
+        before = time.time_ns()
+        stamp = session.new_timestamp()
+        after = time.time_ns()
+    sent = zenoh_sent_ns(stamp)
+    assert sent is not None
+    assert before - 1_000_000 <= sent <= after + 1_000_000  # the same clock, within 1 ms
     assert zenoh_sent_ns(None) is None
 
 
@@ -151,3 +158,52 @@ async def test_a_latest_only_backlog_is_taken_newest_first() -> None:
     assert [e.id for e in superseded] == ["pose0", "pose2"]
     assert [(await backlog.take())[0].id for _ in range(2)] == ["ping1", "ping4"]
     assert len(backlog) == 0
+
+
+@pytest.mark.parametrize("timestamping", [True, False])
+async def test_a_zenoh_sample_says_when_it_was_sent_where_timestamping_is_on(
+    timestamping: bool,
+) -> None:
+    """A put with only ``deadline_ms``: its publisher's timestamp is its age (decided in time);
+    from a session without timestamping it has none, and is refused (``no_age = "refuse"``)."""
+    zenoh = pytest.importorskip("zenoh")
+    from forethought import Agent, AgentSpec
+    from forethought.bench import free_port
+    from forethought.planner import ScriptedBackend
+    from forethought.runtime import ZenohBus, zenoh_config
+
+    endpoint = f"tcp/127.0.0.1:{free_port()}"
+    spec = AgentSpec.from_data(
+        {
+            "name": "z",
+            "description": "A test robot.",
+            "action": {"type": "object", "properties": {"a": {"enum": ["stop", "go"]}}},
+            "default_action": {"a": "stop"},
+            "events": [{"type": "ping", "deadline_ms": 2000}],
+        }
+    )
+    bus = ZenohBus(agent_id="zt", listen=[endpoint])
+    async with Agent(spec, backend=ScriptedBackend(), bus=bus, config=AgentConfig()):
+        config = zenoh_config(connect=[endpoint], timestamping=timestamping)
+        session = await asyncio.to_thread(zenoh.open, config)
+        try:
+            answers = session.declare_subscriber("forethought/zt/*", zenoh.handlers.FifoChannel(64))
+            await asyncio.sleep(0.5)  # the link up
+            body = b'{"id": "z1", "type": "ping", "deadline_ms": 2000}'
+            session.put("forethought/zt/events/ping", body)
+            got: dict[str, Any] = {}
+            async with asyncio.timeout(10):
+                while not got:
+                    sample = answers.try_recv()
+                    if sample is None:
+                        await asyncio.sleep(0.02)
+                        continue
+                    got = {"key": str(sample.key_expr), **orjson.loads(sample.payload.to_bytes())}
+        finally:
+            await asyncio.to_thread(session.close)
+    if timestamping:
+        assert got["key"].endswith("/actions"), got
+        assert got["met"] is True
+    else:
+        assert got["key"].endswith("/errors"), got
+        assert got["error"].startswith("no age: ")
