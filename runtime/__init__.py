@@ -3,7 +3,14 @@
 from ._acted_ids import ActedIds, ActedIdsStats
 from ._agent import Agent
 from ._bus import EventBus, InProcessBus
-from ._config import AgentConfig, MqttConfig, ServerConfig, WatchdogConfig, ZenohConfig
+from ._config import (
+    AgentConfig,
+    EngineConfig,
+    MqttConfig,
+    ServerConfig,
+    WatchdogConfig,
+    ZenohConfig,
+)
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
@@ -25,6 +32,7 @@ __all__ = [
     "AgentConfig",
     "Arrival",
     "Decision",
+    "EngineConfig",
     "Event",
     "EventBus",
     "EventPayload",
