@@ -135,6 +135,11 @@ class ServerProcess:
         return None if proc is None or proc.returncode is not None else proc.pid
 
     @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` has been called (an exit is then expected, not restarted)."""
+        return self._stopping
+
+    @property
     def health(self) -> PlannerHealth:
         """Restart backoff and failure streak."""
         return self._health
@@ -236,7 +241,7 @@ class ServerProcess:
             proc = self._proc
             assert proc is not None
             status = await proc.wait()
-            if self._stopping:
+            if self.stopping:  # stop() ended it (read again: the await let stop() run)
                 return
             seen = loop.time()
             self.stats.deaths.append(status)
