@@ -90,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--model", default=DEFAULT_MODEL)
     sim.add_argument(
+        "--engine",
+        default="torch",
+        choices=["torch", "llama-server"],
+        help="the live tiers' engine: the in-process torch decoder, or (--clock real) a managed "
+        "llama-server per strategy",
+    )
+    sim.add_argument(
         "--record",
         type=Path,
         default=None,
@@ -317,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 record=args.record,
                 mapping=args.map,
                 spec=args.spec,
+                engine=args.engine,
             )
         elif args.command == "run":
             from forethought._commands import run_agent  # noqa: PLC0415

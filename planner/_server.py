@@ -190,6 +190,8 @@ class ServerBackend:
         bounds: the grammar's limits on numbers, strings and arrays.
         clock: the clock deadlines are on (default: the loop's that starts the backend).
         latency: a latency model to use (default: a fresh one).
+        trie_scoring: on llama-server, score candidates in one request over their token trie
+            (False: one request per candidate, every score exact).
 
     """
 
@@ -205,8 +207,10 @@ class ServerBackend:
         clock: Clock | None = None,
         latency: LatencyModel | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        trie_scoring: bool = True,
     ) -> None:
         self._target = parse_server_url(url)
+        self._trie_scoring = trie_scoring
         if timeout_s <= 0:
             raise ConfigError("timeout_s", timeout_s, "must be positive")
         if poll_s < 0:
@@ -473,7 +477,7 @@ class ServerBackend:
         self._admit(deadline, len(prefix) + len(own) + max(len(i) for i in ids), 0)
         started = self._now()
         longest = max(len(i) for i in ids)
-        trie = self._target.family == "llama-server"
+        trie = self._trie_scoring and self._target.family == "llama-server"
         # llama-server: one request over the candidates' trie (one prefill, the trie's depth in
         # steps); OpenAI-style servers: one request per candidate, its prompt log-probabilities.
         predicted = self._latency.call(len(own), longest, 1 if trie else len(ids))
