@@ -108,6 +108,7 @@ class ServerProcess:
         self._watcher: asyncio.Task[None] | None = None
         self._stopping = False
         self._log_path: Path | None = None
+        self._restarted: asyncio.Condition | None = None
         self.stats = ServerProcessStats()
 
     # -- where it is ---------------------------------------------------------------------------
@@ -149,6 +150,7 @@ class ServerProcess:
     async def start(self) -> None:
         """Start the server and wait until its model is loaded; then keep it running."""
         self._stopping = False
+        self._restarted = asyncio.Condition()
         self._dir = Path(tempfile.mkdtemp(prefix="forethought-engine-"))  # mode 0700
         try:
             await self._spawn()
@@ -258,7 +260,18 @@ class ServerProcess:
                 self._health.succeeded(loop.time())
                 self.stats.restarts += 1
                 self.stats.back_s.append(loop.time() - seen)
+                if self._restarted is not None:
+                    async with self._restarted:
+                        self._restarted.notify_all()
                 break
+
+    async def wait_restarts(self, count: int) -> None:
+        """Wait until the server has been started again ``count`` times in all."""
+        cond = self._restarted
+        if cond is None:
+            raise ConfigError("engine", None, "the server process has not been started")
+        async with cond:
+            await cond.wait_for(lambda: self.stats.restarts >= count)
 
     async def __aenter__(self) -> ServerProcess:
         await self.start()
