@@ -95,7 +95,7 @@ async def test_generates_and_scores_in_one_request_with_the_exact_winner(
         assert scores.status is GenerationStatus.DONE
         assert scores.scores is not None
         # One request, plus one per loser that might have won (counted as rescored).
-        assert trie_requests == 1 + (1 if server.stats.trie_rescored else 0)
+        assert trie_requests == 1 + server.stats.trie_rescored
         # The exact scores, one request per candidate, on the same server.
         each = ServerBackend(
             url="http://engine#tokenizer=smollm2-135m",
