@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -96,3 +97,12 @@ def test_a_busy_machine_is_refused_a_measured_profile(tiny_backend) -> None:  # 
     assert quiet.prefill_per_token_s >= 0
     with pytest.raises(ConfigError, match="busy"):  # no two rounds are ever exactly equal
         measure_profile(tiny_backend, rounds=3, max_spread=1.0)
+
+
+def test_a_server_engine_on_virtual_time_is_one_clear_line() -> None:
+    scenario = Path(__file__).parent.parent / "sims" / "scenarios" / "warehouse-amr.yaml"
+    out = run("sim", str(scenario), "--strategy", "live", "--engine", "llama-server")
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().startswith("error: --engine")
+    assert "--clock real" in out.stderr
