@@ -253,8 +253,9 @@ class ServerProcess:
                 await asyncio.sleep(delay)
                 try:
                     await self._spawn()
-                except ConfigError as exc:
-                    delay = self._health.failed("start", str(exc).splitlines()[0], loop.time())
+                except (ConfigError, OSError) as exc:  # a load that failed; an exe gone
+                    why = (str(exc).splitlines() or [repr(exc)])[0]
+                    delay = self._health.failed("start", why, loop.time())
                     log.warning("llama-server did not start again; next try in %.1f s", delay)
                     continue
                 self._health.succeeded(loop.time())
