@@ -173,6 +173,8 @@ async def _bench(model: str, rounds: int, say: Callable[[str], None]) -> dict[st
                 }
                 for b in (*engines.values(), each):
                     await b.prepare(schema)
+                for b in engines.values():  # a discarded round: grammars compiled, caches warm
+                    await _law(b, notes)
                 step: dict[str, list[float]] = {k: [] for k in engines}
                 bandwidth: list[float] = []
                 score_trie: list[float] = []
