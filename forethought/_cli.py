@@ -50,10 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--suite",
         default="model",
-        choices=["model", "planner", "executor", "reliability", "all"],
+        choices=["model", "planner", "executor", "reliability", "engine", "all"],
         help="model: the latency law and model layer; planner: the idle-time planner; "
         "executor: the critical path while the planner is busy; reliability: abuse and what "
-        "must hold under it (not part of all)",
+        "must hold under it (not part of all); engine: torch vs the managed llama-server vs "
+        "a plain one beside the bandwidth floor (not part of all)",
     )
     bench.add_argument(
         "--load-minutes",
@@ -61,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="MIN",
         help="reliability: how long R1's load and R7's memory watch run (default 10)",
+    )
+    bench.add_argument(
+        "--rounds", type=int, default=5, help="engine: interleaved rounds (medians over them)"
     )
     bench.add_argument(
         "--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON"
@@ -89,6 +93,13 @@ def _parser() -> argparse.ArgumentParser:
         "cpu-8b-q4), cpu-measured, or step_ms=8.6,prefill_us_per_token=50",
     )
     sim.add_argument("--model", default=DEFAULT_MODEL)
+    sim.add_argument(
+        "--engine",
+        default="torch",
+        choices=["torch", "llama-server"],
+        help="the live tiers' engine: the in-process torch decoder, or (--clock real) a managed "
+        "llama-server per strategy",
+    )
     sim.add_argument(
         "--record",
         type=Path,
@@ -267,7 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        if args.command == "bench":
+        if args.command == "bench" and args.suite == "engine":
+            from forethought.bench import run_engine_bench  # noqa: PLC0415 - loads torch
+
+            run_engine_bench(model=args.model, rounds=args.rounds, json_path=args.json)
+        elif args.command == "bench":
             from forethought.bench import run_bench  # noqa: PLC0415 - loads torch
 
             run_bench(
@@ -317,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 record=args.record,
                 mapping=args.map,
                 spec=args.spec,
+                engine=args.engine,
             )
         elif args.command == "run":
             from forethought._commands import run_agent  # noqa: PLC0415

@@ -10,7 +10,14 @@ from typing import Any
 
 import orjson
 
-from forethought.planner import LatencyProfile, ServerBackend, TransformersBackend, is_server_url
+from forethought.planner import (
+    LatencyProfile,
+    ManagedServerBackend,
+    ModelBackend,
+    ServerBackend,
+    TransformersBackend,
+    is_server_url,
+)
 from forethought.policies import ConfigError
 from forethought.runtime import AgentConfig
 from forethought.sims import (
@@ -67,8 +74,12 @@ def _strategies(text: str) -> tuple[str, ...]:
 def _profile(
     given: str | None, scenario: Scenario, backend: TransformersBackend
 ) -> tuple[str, LatencyProfile]:
+    if given == "cpu-measured":
+        # The simulator computes every pass in process and charges it by the profile, so
+        # cpu-measured measures the in-process torch decoder (not a managed llama-server).
+        return "cpu-measured (torch decoder)", resolve_profile(given, backend)
     if given is not None:
-        name = given if (given in PROFILES or given == "cpu-measured") else "given"
+        name = given if given in PROFILES else "given"
         return name, resolve_profile(given, backend)
     if isinstance(scenario.profile, str):
         return scenario.profile, resolve_profile(scenario.profile, backend)
@@ -106,6 +117,7 @@ def run_sim(
     record: Path | None = None,
     mapping: Path | None = None,
     spec: Path | None = None,
+    engine: str = "torch",
 ) -> dict[str, Any]:
     """Load, replay, print the table, write the outputs.
 
@@ -132,6 +144,12 @@ def run_sim(
         return _outputs(
             scenario, {"agent": run}, model="(remote agent)", clock=clock, profile={}, **outputs
         )
+    if engine not in ("torch", "llama-server"):
+        raise ConfigError("--engine", engine, "choose torch or llama-server")
+    if engine == "llama-server" and clock != "real":
+        raise ConfigError(
+            "--engine", engine, "a server's time cannot be charged to virtual time: --clock real"
+        )
     backend = _load(model, device, dtype)
     pname, prof = _profile(profile, scenario, backend)
     n = len(scenario.events()) * len(names)
@@ -139,13 +157,13 @@ def run_sim(
         f"replaying {scenario.name}: {len(scenario.events())} events x {', '.join(names)} "
         f"({clock} clock, profile {pname}: step {prof.step_base_s * 1e3:.2f} ms, prefill "
         f"{prof.prefill_per_token_s * 1e6:.0f} us/token; "
-        f"seed {scenario.seed if seed is None else seed})",
+        f"seed {scenario.seed if seed is None else seed}; engine {engine})",
         file=sys.stderr,
         flush=True,
     )
     runs = replay(
         scenario,
-        backend,
+        backend if engine == "torch" else _managed(model, names),
         strategies=names,
         clock=clock,
         profile=prof,
@@ -161,6 +179,15 @@ def run_sim(
         n = record_replay(record, scenario, runs)
         print(f"mcap: {record} ({n} messages)")
     return _outputs(scenario, runs, model=model, clock=clock, profile=figures, **outputs)
+
+
+def _managed(model: str, names: tuple[str, ...]) -> Callable[[], ModelBackend]:
+    """A managed llama-server per strategy (live-naive's verbose baseline stays in process)."""
+    if "live-naive" in names:
+        raise ConfigError(
+            "--engine", "llama-server", "live-naive is the in-process baseline: leave it out"
+        )
+    return lambda: ManagedServerBackend(model=model)
 
 
 def _with_server_planner(

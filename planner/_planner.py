@@ -43,6 +43,7 @@ from ._forecaster import Forecaster
 from ._gate import ModelGate
 from ._health import PlannerHealth
 from ._lookahead import Expected, Pace, look_ahead
+from ._method_cost import MeasuredCosts
 from ._prompt import state_context
 
 __all__ = ["Branch", "Planner", "PlannerConfig", "PlannerStats"]
@@ -234,6 +235,8 @@ class Planner:
         # The recent gaps themselves, not only their mean: bursts change when events come.
         self._gaps: deque[float] = deque(maxlen=_GAPS_KEPT)
         self.stats = PlannerStats()
+        self.measured = MeasuredCosts()
+        """Seconds per branch each method measured here (``auto`` prefers them to predictions)."""
         self.health = PlannerHealth(
             retry_base_s=self._config.retry_base_s, retry_max_s=self._config.retry_max_s
         )
@@ -342,6 +345,11 @@ class Planner:
         out = {"generate": lat.call(size * 32, lat.typical_steps(), rows=size).p50 / size}
         if self._candidates:
             out["score"] = lat.prefill(32 + self._cand_tokens).p50
+        # A way that has run costs what it measured on this engine, not what the law predicts.
+        for way in out:
+            measured = self.measured.get(way)
+            if measured is not None:
+                out[way] = measured
         return out
 
     def _writing(self) -> tuple[str, float]:
@@ -538,6 +546,8 @@ class Planner:
                 )
             finally:
                 self.stats.busy_s += self._now() - t0
+        if gens and not any(g.status.cut for g in gens):  # a preempted batch measured nothing
+            self.measured.observe("generate", self._now() - t0, len(gens))
         self.stats.rounds += 1
         written, bad = 0, []
         for branch, gen in zip(batch, gens, strict=True):
@@ -582,6 +592,8 @@ class Planner:
                 finally:
                     self.stats.busy_s += self._now() - t0
                 best = scores.best
+                if best is not None:
+                    self.measured.observe("score", scores.seconds, 1)
                 if best is None:
                     self.stats.cancelled += 1  # preempted: it stays a candidate
                     if cancel.cancelled:

@@ -57,12 +57,15 @@ from ._latency import LatencyModel, Prediction
 from ._model_source import DEFAULT_MODEL, load_tokenizer, resolve_model
 from ._prompt import Prompt, PromptEncoder
 from ._server_api import Chunk, ServerAPI, make_api
+from ._trie_score import read_trie, trie_depth, trie_gbnf
 
 __all__ = ["ServerBackend", "ServerLatency", "is_server_url", "parse_server_url"]
 
 log = logging.getLogger("forethought.server")
 
 _FAMILIES = ("llama-server", "vllm", "sglang", "openai")
+_TOP = 32
+"""Top log-probabilities returned per step of a trie score: enough to bound every sibling."""
 _MARGIN_S = 0.002
 """Return this long before a deadline, so the caller still has time to use the answer."""
 
@@ -146,6 +149,8 @@ class ServerStats:
     not_started: int = 0
     cut: int = 0
     """Streams closed at the deadline or on cancel."""
+    trie_rescored: int = 0
+    """Candidates a trie score had to score again exactly (their bound reached the best)."""
     errors: dict[str, int] = field(default_factory=dict)
     healthy: bool = False
     last_error: str | None = None
@@ -160,6 +165,7 @@ class _Stream:
     tokens: list[int] = field(default_factory=list)
     text: str = ""
     logprobs: list[float] = field(default_factory=list)
+    tops: list[dict[int, float]] = field(default_factory=list)
     finish: str | None = None
     processed: int | None = None
     started_at: float = 0.0
@@ -184,6 +190,8 @@ class ServerBackend:
         bounds: the grammar's limits on numbers, strings and arrays.
         clock: the clock deadlines are on (default: the loop's that starts the backend).
         latency: a latency model to use (default: a fresh one).
+        trie_scoring: on llama-server, score candidates in one request over their token trie
+            (False: one request per candidate, every score exact).
 
     """
 
@@ -199,8 +207,10 @@ class ServerBackend:
         clock: Clock | None = None,
         latency: LatencyModel | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        trie_scoring: bool = True,
     ) -> None:
         self._target = parse_server_url(url)
+        self._trie_scoring = trie_scoring
         if timeout_s <= 0:
             raise ConfigError("timeout_s", timeout_s, "must be positive")
         if poll_s < 0:
@@ -451,7 +461,11 @@ class ServerBackend:
         deadline: float,
         cancel: CancelSignal | None = None,
     ) -> Scores:
-        """Each candidate's log-likelihood: its exact tokens forced, their log-probs summed."""
+        """Each candidate's log-likelihood: its tokens' log-probabilities summed.
+
+        On llama-server, in one request over the candidates' token trie: the winner's score is
+        exact, a loser's an upper bound below it (:mod:`._trie_score`).
+        """
         if not candidates:
             raise ConfigError("candidates", list(candidates), "at least one candidate is needed")
         prefix, own = self.prompts.encode(Prompt(context, event), schema)
@@ -463,16 +477,78 @@ class ServerBackend:
         self._admit(deadline, len(prefix) + len(own) + max(len(i) for i in ids), 0)
         started = self._now()
         longest = max(len(i) for i in ids)
-        predicted = self._latency.call(len(own), longest, len(ids))
+        trie = self._trie_scoring and self._target.family == "llama-server"
+        # llama-server: one request over the candidates' trie (one prefill, the trie's depth in
+        # steps); OpenAI-style servers: one request per candidate, its prompt log-probabilities.
+        predicted = self._latency.call(len(own), longest, 1 if trie else len(ids))
         if started + predicted.p95 > deadline:
             self.stats.not_started += 1
             return Scores(GenerationStatus.NOT_STARTED, None, started, started)
+        if trie:
+            totals = await self._score_trie(prefix + own, ids, deadline, cancel)
+        else:
+            totals = await self._score_each(prefix + own, ids, deadline, cancel)
+        finished = self._now()
+        if isinstance(totals, GenerationStatus):
+            return Scores(totals, None, started, finished)
+        return Scores(GenerationStatus.DONE, tuple(totals), started, finished)
+
+    async def _score_trie(
+        self,
+        prompt: list[int],
+        ids: list[list[int]],
+        deadline: float,
+        cancel: CancelSignal | None,
+    ) -> list[float] | GenerationStatus:
+        """One greedy request over the trie; exact requests only for a loser that might win."""
+        body = self._api.completion(
+            prompt,
+            grammar=trie_gbnf(ids),
+            max_tokens=trie_depth(ids),
+            logprobs=True,
+            background=math.isinf(deadline),
+            model=None,
+        )
+        body["n_probs"] = _TOP
+        ((stream, status),) = await self._run_all([body], deadline, cancel)
+        if status is not GenerationStatus.DONE:
+            return status
+        if len(stream.logprobs) != len(stream.tokens) or len(stream.tops) != len(stream.tokens):
+            raise ServerReplyError(
+                self._target.base_url,
+                f"trie scoring returned {len(stream.logprobs)} log-probabilities for "
+                f"{len(stream.tokens)} tokens",
+            )
+        reading = read_trie(ids, stream.tokens, stream.logprobs, stream.tops)
+        totals = list(reading.scores)
+        if not any(reading.exact):
+            raise ServerReplyError(
+                self._target.base_url, "trie scoring's greedy path is none of the candidates"
+            )
+        again = reading.unresolved()
+        if again:
+            exact = await self._score_each(prompt, [ids[i] for i in again], deadline, cancel)
+            if isinstance(exact, GenerationStatus):
+                return exact
+            for i, total in zip(again, exact, strict=True):
+                totals[i] = total
+        self.stats.trie_rescored += len(again)
+        return totals
+
+    async def _score_each(
+        self,
+        prompt: list[int],
+        ids: list[list[int]],
+        deadline: float,
+        cancel: CancelSignal | None,
+    ) -> list[float] | GenerationStatus:
+        """One request per candidate: its exact tokens forced, their log-probs summed."""
         family = self._target.family
         bodies = []
         for tail in ids:
             if family == "llama-server":
                 body = self._api.completion(
-                    prefix + own,
+                    prompt,
                     grammar=token_gbnf(tail),
                     max_tokens=len(tail),
                     logprobs=True,
@@ -481,7 +557,7 @@ class ServerBackend:
                 )
             else:
                 body = self._api.completion(
-                    prefix + own + tail,
+                    prompt + tail,
                     grammar=None,
                     max_tokens=1,
                     logprobs=True,
@@ -490,11 +566,9 @@ class ServerBackend:
                 )
             bodies.append(body)
         streams = await self._run_all(bodies, deadline, cancel)
-        finished = self._now()
         statuses = [status for _, status in streams]
         if any(s is not GenerationStatus.DONE for s in statuses):
-            worst = next(s for s in statuses if s is not GenerationStatus.DONE)
-            return Scores(worst, None, started, finished)
+            return next(s for s in statuses if s is not GenerationStatus.DONE)
         totals = []
         for tail, (stream, _) in zip(ids, streams, strict=True):
             # llama-server: one log-prob per forced token; OpenAI-style: the prompt's, of
@@ -506,7 +580,7 @@ class ServerBackend:
                     f"scoring returned {len(lps)} log-probabilities for {len(tail)} tokens",
                 )
             totals.append(sum(lps))
-        return Scores(GenerationStatus.DONE, tuple(totals), started, finished)
+        return totals
 
     # -- the wire -----------------------------------------------------------------------------
 
@@ -622,6 +696,7 @@ class ServerBackend:
         s.tokens.extend(chunk.tokens)
         s.text += chunk.text
         s.logprobs.extend(chunk.logprobs)
+        s.tops.extend(chunk.tops)
         if chunk.done:
             s.finish = chunk.finish
             s.processed = chunk.prompt_tokens_processed
@@ -710,6 +785,7 @@ class ServerBackend:
             "requests": st.requests,
             "not_started": st.not_started,
             "cut": st.cut,
+            "trie_rescored": st.trie_rescored,
             "errors": dict(st.errors),
             "last_error": st.last_error,
             "busy_slots": st.busy_slots,

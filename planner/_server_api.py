@@ -30,6 +30,8 @@ class Chunk:
     text: str = ""
     logprobs: list[float] = field(default_factory=list)
     """Log-probability of each token in ``tokens`` (when asked for)."""
+    tops: list[dict[int, float]] = field(default_factory=list)
+    """Per token: the step's most likely tokens and their log-probabilities (``n_probs``)."""
     done: bool = False
     finish: str | None = None
     """``eos`` (the model or grammar ended it), ``limit`` (ran out of tokens) or ``word``."""
@@ -118,8 +120,15 @@ class LlamaServerAPI:
         tokens = [int(t) for t in data.get("tokens") or []]
         probs = data.get("completion_probabilities") or []
         logprobs = [float(p["logprob"]) for p in probs if "logprob" in p]
+        tops = [
+            {int(t["id"]): float(t["logprob"]) for t in p.get("top_logprobs") or [] if "id" in t}
+            for p in probs
+            if "logprob" in p
+        ]
         done = bool(data.get("stop", False))
-        chunk = Chunk(tokens=tokens, text=str(data.get("content", "")), logprobs=logprobs)
+        chunk = Chunk(
+            tokens=tokens, text=str(data.get("content", "")), logprobs=logprobs, tops=tops
+        )
         if done:
             chunk.done = True
             chunk.finish = str(data.get("stop_type", "eos"))

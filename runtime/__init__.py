@@ -5,7 +5,14 @@ from ._age import AgeSource, expiry_interval_s, stamp_event
 from ._agent import Agent
 from ._backlog import Backlog
 from ._bus import EventBus, InProcessBus
-from ._config import AgentConfig, MqttConfig, ServerConfig, WatchdogConfig, ZenohConfig
+from ._config import (
+    AgentConfig,
+    EngineConfig,
+    MqttConfig,
+    ServerConfig,
+    WatchdogConfig,
+    ZenohConfig,
+)
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
@@ -30,6 +37,7 @@ __all__ = [
     "Arrival",
     "Backlog",
     "Decision",
+    "EngineConfig",
     "Event",
     "EventBus",
     "EventPayload",

@@ -22,12 +22,14 @@ from typing import Any, Self
 
 from forethought.planner import (
     Forecaster,
+    ManagedServerBackend,
     ModelBackend,
     ModelGate,
     Planner,
     ProcessBackend,
     ServerBackend,
     TransformersBackend,
+    choose_engine,
     is_server_url,
 )
 from forethought.policies import (
@@ -123,6 +125,9 @@ class Agent:
         self._started_at: float | None = None
         self.health_server: HealthServer | None = None
         """The HTTP health endpoint, when ``config.health.port`` is set (its ``port``)."""
+        self.engines: dict[str, str] = {}
+        """Local model -> the engine this agent chose for it (``llama-server`` or ``torch``)."""
+        self._notices: set[str] = set()
 
     @classmethod
     def from_file(
@@ -169,6 +174,21 @@ class Agent:
                 url=model,
                 api_key=cfg.server.key(),
                 ca_file=cfg.server.ca_file,
+                timeout_s=cfg.server.timeout_s,
+                poll_s=cfg.server.poll_s,
+            )
+        engine = cfg.engine
+        choice = choose_engine(model, engine.kind, cfg.device)
+        if choice.notice is not None and choice.notice not in self._notices:
+            self._notices.add(choice.notice)  # said once, though two roles may ask
+            log.warning("%s", choice.notice)
+        self.engines[model] = choice.kind
+        if choice.kind == "llama-server":
+            return ManagedServerBackend(
+                model=model,
+                slots=engine.slots,
+                context=engine.context,
+                threads=engine.threads,
                 timeout_s=cfg.server.timeout_s,
                 poll_s=cfg.server.poll_s,
             )

@@ -27,7 +27,14 @@ from ._health import HealthConfig
 from ._mqtt_security import MqttSecurity
 from ._zenoh_security import ZenohSecurity
 
-__all__ = ["AgentConfig", "MqttConfig", "ServerConfig", "WatchdogConfig", "ZenohConfig"]
+__all__ = [
+    "AgentConfig",
+    "EngineConfig",
+    "MqttConfig",
+    "ServerConfig",
+    "WatchdogConfig",
+    "ZenohConfig",
+]
 
 
 class MqttConfig(BaseModel):
@@ -165,6 +172,27 @@ class WatchdogConfig(BaseModel):
     """During a stall, how long before an event's deadline its default goes out."""
 
 
+class EngineConfig(BaseModel):
+    """Which engine runs a local model, and the managed llama-server's shape.
+
+    ``kind``: ``auto`` (the managed llama.cpp server for a GGUF on a machine without CUDA when
+    its build exists, else the torch decoder), ``llama-server`` (that server, or an error naming
+    the command that builds it), ``torch`` (the in-process decoder). A server URL as the model
+    uses neither: the server is someone else's.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["auto", "llama-server", "torch"] = "auto"
+    slots: int = Field(default=8, ge=1, le=64)
+    """The managed server's parallel slots (``--parallel``): a planner batch decodes together
+    in them, so at least the planner's ``batch_size``."""
+    context: int = Field(default=8192, ge=512)
+    """The managed server's total context (``-c``), shared by its slots."""
+    threads: int | None = Field(default=None, ge=1)
+    """Its decoding threads (None: llama.cpp's default, one per core)."""
+
+
 class ServerConfig(BaseModel):
     """How to reach an inference server named as a model (``http://host:port[/v1]``).
 
@@ -217,6 +245,8 @@ class AgentConfig(BaseSettings):
     """Run the model in a worker process instead of a thread of this one. Measured on our
     2-core CPU with the planner generating, the thread kept the better executor tail
     (tree-hit p99.9 0.7-1.3 ms vs 1.3-5.6 ms) and equal MQTT round trips: see the README."""
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    """Which engine runs a local model (not a server URL): ``engine.kind`` and its shape."""
     tree_max_nodes: int = Field(default=10_000, ge=1)
     snapshot: Path | None = None
     snapshot_interval_s: float = Field(default=60.0, ge=0)

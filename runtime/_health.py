@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from forethought.planner import ManagedServerBackend
+
 if TYPE_CHECKING:
     from ._agent import Agent
 
@@ -130,4 +132,14 @@ def _model_figures(agent: Agent, reasons: list[str]) -> dict[str, Any]:
         out["worker"] = {"alive": alive, "restarts": restarts, "hangs": hangs}
         if not alive:
             reasons.append("model worker not running (restarting)")
+    if isinstance(backend, ManagedServerBackend):  # the local model on our own llama-server
+        proc = backend.process
+        out["engine"] = {
+            "kind": "llama-server",
+            "pid": proc.pid,
+            "restarts": proc.stats.restarts,
+            "back_s_max": round(max(proc.stats.back_s), 3) if proc.stats.back_s else None,
+        }
+        if proc.pid is None:
+            reasons.append("managed llama-server not running (restarting)")
     return out

@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -127,3 +128,12 @@ def test_run_with_an_unreachable_broker_ends_with_one_error_line(tmp_path, tiny_
     ], out.stderr
     assert "Traceback" not in out.stderr
     assert "WARNING" not in out.stderr  # the retries before it are not a wall of warnings
+
+
+def test_a_server_engine_on_virtual_time_is_one_clear_line() -> None:
+    scenario = Path(__file__).parent.parent / "sims" / "scenarios" / "warehouse-amr.yaml"
+    out = run("sim", str(scenario), "--strategy", "live", "--engine", "llama-server")
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().startswith("error: --engine")
+    assert "--clock real" in out.stderr

@@ -99,7 +99,8 @@ async def test_scores_agree_with_the_in_process_model(
     candidates = [robot_schema.validate({"action": a}) for a in ("stop", "slow", "go", "dock")]
     event = "obstacle at 0.5 m"
     ours = local.score_sync(CONTEXT, event, candidates, robot_schema, deadline=math.inf)
-    async with ServerBackend(url=server.url) as backend:
+    # One request per candidate: every score exact.
+    async with ServerBackend(url=server.url, trie_scoring=False) as backend:
         theirs = await backend.score(CONTEXT, event, candidates, robot_schema, deadline=math.inf)
     assert ours.scores is not None
     assert theirs.scores is not None
@@ -108,6 +109,15 @@ async def test_scores_agree_with_the_in_process_model(
     for a, b in zip(ours.scores, theirs.scores, strict=True):
         assert abs(a - b) < 0.5, (ours.scores, theirs.scores)
     assert theirs.best == ours.best
+    # One request over the candidates' trie: the same winner, its score exact, the losers'
+    # upper bounds of theirs.
+    async with ServerBackend(url=server.url) as backend:
+        trie = await backend.score(CONTEXT, event, candidates, robot_schema, deadline=math.inf)
+    assert trie.scores is not None
+    assert trie.best == theirs.best
+    assert trie.scores[trie.best] == pytest.approx(theirs.scores[theirs.best], abs=1e-3)
+    for bound, exact in zip(trie.scores, theirs.scores, strict=True):
+        assert bound >= exact - 1e-3
 
 
 async def test_deadline_closes_the_stream_and_frees_the_slot(server: LlamaServer) -> None:
@@ -254,6 +264,70 @@ async def test_protocol_faults_are_typed(
         with pytest.raises(error):
             await backend.generate(CONTEXT, ["x"], robot_schema, deadline=loop.time() + 5)
         assert backend.stats.errors[error.__name__] == 1
+
+
+def _stream(tokens: list[int], lps: list[float], tops: list[dict[int, float]]) -> str:
+    events = [
+        {
+            "content": "",
+            "tokens": [t],
+            "completion_probabilities": [
+                {
+                    "id": t,
+                    "logprob": lp,
+                    "top_logprobs": [{"id": k, "logprob": v} for k, v in top.items()],
+                }
+            ],
+            "stop": False,
+        }
+        for t, lp, top in zip(tokens, lps, tops, strict=True)
+    ]
+    events.append({"content": "", "tokens": [], "stop": True, "stop_type": "eos"})
+    return "".join(f"data: {orjson.dumps(e).decode()}\n\n" for e in events)
+
+
+async def test_a_trie_loser_that_might_win_is_scored_exactly(
+    robot_schema: ActionSchema, smollm2_first_load: LoadedModel
+) -> None:
+    """The greedy path through the trie is not always the best candidate: the bound says when."""
+    from forethought.planner._decoding import split_candidates
+
+    cands = [robot_schema.validate({"action": a}) for a in ("stop", "slow")]
+    tails: list[list[int]] = []
+    bodies: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        known = _health_ok(request)
+        if known is not None:
+            return known
+        body = orjson.loads(request.content)
+        bodies.append(body)
+        first, second = tails
+        if body.get("n_probs") == 32:  # the trie: greedy takes `first`, which then costs -5
+            n = len(first)
+            lps = [-0.1] + [-5.0 / (n - 1)] * (n - 1) if n > 1 else [-5.0]
+            tops = [{first[0]: lps[0], second[0]: -0.2}] + [{t: -0.1} for t in first[1:]]
+            if first[0] == second[0]:
+                raise AssertionError("the tails share their first token")
+            return httpx.Response(200, text=_stream(first, lps, tops))
+        forced = [int(t) for t in body["grammar"].split("<[")[1:] for t in [t.split("]")[0]]]
+        assert forced == second  # only the loser that might win is asked for again
+        return httpx.Response(
+            200, text=_stream(forced, [-0.3 / len(forced)] * len(forced), [{}] * len(forced))
+        )
+
+    backend = ServerBackend(url="http://stub:1", poll_s=0, transport=_mock(handler))
+    async with backend:
+        prompts = backend.prompts
+        full = [prompts.encode_action(robot_schema.compact(c)) for c in cands]
+        tails.extend(split_candidates(full)[1])
+        scores = await backend.score(CONTEXT, "x", cands, robot_schema, deadline=math.inf)
+    assert len(bodies) == 2  # the trie, then the one candidate whose bound reached the winner
+    assert backend.stats.trie_rescored == 1
+    assert scores.scores is not None
+    assert scores.scores[0] == pytest.approx(-5.0 if len(tails[0]) == 1 else -5.1)
+    assert scores.scores[1] == pytest.approx(-0.3)
+    assert scores.best == 1
 
 
 def test_server_urls_are_checked() -> None:

