@@ -404,6 +404,50 @@ async def test_a_model_too_slow_for_every_deadline_plans_at_no_cost() -> None:
         assert p.branch_cost() == 0.0  # ...but no live call fits a deadline: none is displaced
 
 
+async def test_the_cost_trusts_the_live_tiers_only_as_far_as_they_answer() -> None:
+    # Deadlines of 2 s: one live call fits on paper, so before any outcome the deadline test
+    # stands in and planning "displaces" live work. Then the live tiers are seen to answer no
+    # obstacle the tree missed (a slow model losing to queues, say): the cost falls to the
+    # other types' share and obstacles become urgent again; answered tasks keep theirs.
+    events = [{**e, "deadline_ms": 2000} for e in EVENTS]
+    space = EventSpace.from_specs(events)
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
+        # p hears the live tiers' outcomes; q sees the same events without them.
+        p, q = (make_planner(backend, space, schema, config=PlannerConfig(horizon=1)) for _ in "pq")
+        assert p.live_success() == dict.fromkeys(space.types, 1.0)
+        obstacle, task = space.keys()[0], space.keys()[2]
+        assert (obstacle.type, task.type) == ("obstacle", "task")
+        for _ in range(8):
+            for key, live in ((obstacle, False), (task, True), (obstacle, None)):
+                # False: the tree missed it and the live tiers did not answer in time; True:
+                # they did; None: the tree answered it, which says nothing of the live tiers.
+                p.observe(key, live=live)
+                q.observe(key)
+                await asyncio.sleep(0.1)
+        assert q.live_success() == dict.fromkeys(space.types, 1.0)
+        success = p.live_success()
+        assert success["obstacle"] == pytest.approx(2 / 10)  # 0 of 8, after the prior's 2 of 2
+        assert success["task"] == 1.0
+        assert success["estop"] == 1.0  # never tried: the deadline test stands
+        urgency = p._urgencies(success)
+        assert urgency["obstacle"] == pytest.approx(1 - 0.2 * (1 - 0.3))
+        assert urgency["task"] == pytest.approx(0.3)
+        # Same gaps, same forecast: the cost now counts obstacles at their observed 20 %.
+        assert q.branch_cost() > 0.1
+        assert p.branch_cost() < 0.6 * q.branch_cost()
+
+
+async def test_with_no_live_tier_beside_it_the_planner_ignores_live_outcomes() -> None:
+    space = EventSpace.from_specs([{**e, "deadline_ms": 2000} for e in EVENTS])
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
+        p = make_planner(backend, space, schema, live_tiers=False)
+        p.observe(space.keys()[0], live=True)
+        assert p.live_success() == dict.fromkeys(space.types, 0.0)
+        assert p._urgencies() == dict.fromkeys(space.types, 1.0)
+
+
 # -- the generator and the large scenario --------------------------------------------------------
 
 
