@@ -8,6 +8,7 @@ from ._backend import (
     ModelBackend,
     Scores,
 )
+from ._budget import BudgetBucket, PlannerBudget
 from ._calibration import Calibration, calibration, markov_bound
 from ._clock import Clock, LoopClock, MonotonicClock, Pass, PassKind
 from ._cover import BorrowAgreement, cover
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "BorrowAgreement",
     "Branch",
+    "BudgetBucket",
     "Calibration",
     "CancelSignal",
     "Clock",
@@ -67,6 +69,7 @@ __all__ = [
     "Pass",
     "PassKind",
     "Planner",
+    "PlannerBudget",
     "PlannerConfig",
     "PlannerHealth",
     "PlannerStats",

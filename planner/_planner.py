@@ -37,6 +37,7 @@ from forethought.policies import (
 )
 
 from ._backend import GenerationStatus, ModelBackend
+from ._budget import BudgetBucket, PlannerBudget
 from ._cover import BorrowAgreement, cover
 from ._drift import StateDrift
 from ._forecaster import Forecaster
@@ -109,6 +110,9 @@ class PlannerConfig(BaseModel):
     retried after the backoff."""
     retry_base_s: float = Field(default=0.5, gt=0)
     retry_max_s: float = Field(default=30.0, gt=0)
+    budget: PlannerBudget | None = None
+    """At most so many branches, or device-seconds, per minute (None: whatever idle time
+    allows); the most valuable branches are written first (:mod:`._budget`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +244,7 @@ class Planner:
         # Per type: events the tree missed that reached the live tiers, and those they answered.
         self._live_tries: dict[str, int] = {}
         self._live_answers: dict[str, int] = {}
+        self._bucket: BudgetBucket | None = None
         self.stats = PlannerStats()
         self.health = PlannerHealth(
             retry_base_s=self._config.retry_base_s, retry_max_s=self._config.retry_max_s
@@ -519,11 +524,16 @@ class Planner:
         the next round waits the health's backoff (see :class:`PlannerHealth`).
         """
         cfg = self._config
+        if cfg.budget is not None:
+            self._bucket = BudgetBucket(cfg.budget, self._now())
         while True:
             self._wake.clear()
             # Let ready I/O callbacks (a decision being published) go before ranking work.
             await asyncio.sleep(0)
-            batch = self._next_batch()
+            paid = await self._paid_branches()
+            if paid is None:
+                continue
+            batch = self._next_batch()[:paid]
             if not batch:
                 if self.health.status == "starting":
                     self.health.succeeded(self._now())  # nothing to write is not a failure
@@ -534,6 +544,7 @@ class Planner:
                 self.sleeping = False
                 continue
             t0 = self._now()
+            branches0, busy0 = self.stats.branches, self.stats.busy_s
             try:
                 async with asyncio.timeout(cfg.batch_timeout_s + cfg.hang_grace_s) as limit:
                     failure = await self._run_batch(batch)
@@ -542,6 +553,12 @@ class Planner:
                 hung = isinstance(exc, TimeoutError) and limit.expired()
                 kind = "hang" if hung else type(exc).__name__
                 failure = (kind, "no reply within the batch time limit" if hung else str(exc))
+            if self._bucket is not None:
+                self._bucket.spend(
+                    self._now(),
+                    branches=self.stats.branches - branches0,
+                    device_s=self.stats.busy_s - busy0,
+                )
             if failure is None:
                 self.health.succeeded(self._now())
                 continue
@@ -551,6 +568,20 @@ class Planner:
             for b in batch:
                 self._backoff(b)
             await asyncio.sleep(self.health.failed(kind, detail, self._now()))
+
+    async def _paid_branches(self) -> int | None:
+        """How many branches the budget pays for now (no budget: a whole batch).
+
+        None after waiting for the bucket to refill: the ranking is then stale.
+        """
+        if self._bucket is None:
+            return self._batch_size()
+        seconds = self._writing()[1]
+        paid = self._bucket.branches(self._now(), seconds)
+        if paid > 0:
+            return min(paid, self._batch_size())
+        await asyncio.sleep(self._bucket.wait_s(self._now(), seconds))
+        return None
 
     async def _run_batch(self, batch: list[Branch]) -> tuple[str, str] | None:
         """Write one batch; returns (kind, detail) when it wrote nothing usable."""
