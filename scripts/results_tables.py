@@ -73,26 +73,13 @@ def planner_waste() -> str:
         "reference, in points.",
         "",
     ]
-    data = _load("planner-waste.json")
-    if data is not None:
-        lines += [
-            "## Every scenario, tree alone",
-            "",
-            _provenance(data, "planner-waste.json"),
-            "",
-            *_waste_rows(data),
-            "",
-        ]
-    hybrid = _load("hybrid-vs-tree.json")
-    if hybrid is not None:
-        lines += [
-            "## hybrid beside tree where the live tiers are slow",
-            "",
-            _provenance(hybrid, "hybrid-vs-tree.json"),
-            "",
-            *_waste_rows(hybrid),
-            "",
-        ]
+    for source, title in (
+        ("planner-waste.json", "Every scenario, tree alone"),
+        ("hybrid-vs-tree.json", "hybrid beside tree where the live tiers are slow"),
+    ):
+        data = _load(source)
+        if data is not None:
+            lines += [f"## {title}", "", _provenance(data, source), "", *_waste_rows(data), ""]
     return "\n".join(lines)
 
 
