@@ -299,7 +299,7 @@ def run_matrix(
     header = (
         f"{'scenario':<22}{'profile':<19}{'strategy':<11}"
         f"{'correct_in_time':>16}{'answered_in_time':>17}{'fallback':>9}{'fidelity':>9}"
-        f"{'waste':>9}"
+        f"{'waste':>9}{'ref':>9}{'cov/br':>8}"
     )
     print(header)
     for path in paths:
@@ -332,6 +332,9 @@ def run_matrix(
                     },
                     # Planner work nobody asked for (None: the strategy runs no planner).
                     "waste": planned.get("waste"),
+                    # ...beside what a planner knowing the stream would waste at its coverage.
+                    "reference_waste": planned.get("reference_waste"),
+                    "coverage_per_branch": planned.get("coverage_per_branch"),
                     "branches_used": planned.get("used"),
                     "branches_generated": planned.get("generated"),
                 }
@@ -340,7 +343,8 @@ def run_matrix(
                     f"{scenario.name:<22}{pname:<19}{sname:<11}"
                     f"{_pc(m['correct_in_time']):>16}{_pc(m['answered_in_time']):>17}"
                     f"{_pc(m['fallback_rate']):>9}{_pc(m['fidelity']):>9}"
-                    f"{_pc(row['waste']):>9}",
+                    f"{_pc(row['waste']):>9}{_pc(row['reference_waste']):>9}"
+                    f"{_fmt(row['coverage_per_branch']):>8}",
                     flush=True,
                 )
     if json_path is not None:
@@ -354,3 +358,7 @@ def run_matrix(
 
 def _pc(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"

@@ -8,6 +8,7 @@ from ._backend import (
     ModelBackend,
     Scores,
 )
+from ._budget import BudgetBucket, PlannerBudget
 from ._calibration import Calibration, calibration, markov_bound
 from ._clock import Clock, LoopClock, MonotonicClock, Pass, PassKind
 from ._cover import BorrowAgreement, cover
@@ -54,6 +55,7 @@ __all__ = [
     "LLAMA_CPP_VERSION",
     "BorrowAgreement",
     "Branch",
+    "BudgetBucket",
     "Calibration",
     "CancelSignal",
     "Clock",
@@ -84,6 +86,7 @@ __all__ = [
     "Pass",
     "PassKind",
     "Planner",
+    "PlannerBudget",
     "PlannerConfig",
     "PlannerHealth",
     "PlannerStats",

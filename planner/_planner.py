@@ -37,6 +37,7 @@ from forethought.policies import (
 )
 
 from ._backend import GenerationStatus, ModelBackend
+from ._budget import BudgetBucket, PlannerBudget
 from ._cover import BorrowAgreement, cover
 from ._drift import StateDrift
 from ._forecaster import Forecaster
@@ -53,6 +54,10 @@ log = logging.getLogger("forethought.planner")
 _GAPS_KEPT = 64
 """Recent gaps between events the pace is drawn from: enough to see a burst pattern, few
 enough to follow a shift's changing rhythm."""
+
+_PRIOR_TRIES = 2.0
+"""Pseudo-tries the deadline test's verdict counts for, per type, before the live tiers' own
+record is known: two real outcomes already outweigh it."""
 
 
 class PlannerConfig(BaseModel):
@@ -106,6 +111,9 @@ class PlannerConfig(BaseModel):
     retried after the backoff."""
     retry_base_s: float = Field(default=0.5, gt=0)
     retry_max_s: float = Field(default=30.0, gt=0)
+    budget: PlannerBudget | None = None
+    """At most so many branches, or device-seconds, per minute (None: whatever idle time
+    allows); the most valuable branches are written first (:mod:`._budget`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +242,10 @@ class Planner:
         self._mean_gap_s: float | None = None
         # The recent gaps themselves, not only their mean: bursts change when events come.
         self._gaps: deque[float] = deque(maxlen=_GAPS_KEPT)
+        # Per type: events the tree missed that reached the live tiers, and those they answered.
+        self._live_tries: dict[str, int] = {}
+        self._live_answers: dict[str, int] = {}
+        self._bucket: BudgetBucket | None = None
         self.stats = PlannerStats()
         self.measured = MeasuredCosts()
         """Seconds per branch each method measured here (``auto`` prefers them to predictions)."""
@@ -291,9 +303,17 @@ class Planner:
         await self._covered.wait()
         return self.stats.cover_times_s[-1]
 
-    def observe(self, key: EventKey | None) -> None:
-        """An event was decided: learn from it and re-plan."""
+    def observe(self, key: EventKey | None, *, live: bool | None = None) -> None:
+        """An event was decided: learn from it and re-plan.
+
+        ``live``: the tree did not answer it and the live tiers did in time (True) or did not
+        (False); None when the tree answered or no live tier was asked. The cost rule trusts
+        the live tiers with a type only as far as they have answered it.
+        """
         now = self._now()
+        if live is not None and key is not None and self._live_tiers:
+            self._live_tries[key.type] = self._live_tries.get(key.type, 0) + 1
+            self._live_answers[key.type] = self._live_answers.get(key.type, 0) + live
         if self._last_event_at is not None:
             gap = now - self._last_event_at
             # An exponentially weighted mean: the rate of events drifts over a shift.
@@ -319,17 +339,37 @@ class Planner:
 
     # -- ranking ------------------------------------------------------------------------------
 
-    def _urgencies(self) -> dict[str, float]:
-        """Urgency per event type: high where the live tiers could not answer in time."""
+    def live_success(self) -> dict[str, float]:
+        """Per event type: the share of the tree's misses the live tiers answer in time.
+
+        Observed: events the tree did not answer, and how many of those the score or live tier
+        answered by the deadline. Until a type has such events, the deadline test stands in
+        (1 where one live call's p95 fits the deadline, else 0), worth :data:`_PRIOR_TRIES`
+        outcomes: a slow model that fits on paper but loses to queueing and spread is soon
+        seen for what it does.
+        """
         if not self._live_tiers:
-            return dict.fromkeys(self._space.types, 1.0)
+            return dict.fromkeys(self._space.types, 0.0)
         lat = self._backend.latency
         live = lat.call(32, lat.typical_steps()).p95
-        cfg = self._config
-        return {
-            name: 1.0 if spec.deadline_ms / 1e3 - cfg.margin_s < live else cfg.relaxed_urgency
-            for name, spec in self._space.types.items()
-        }
+        margin = self._config.margin_s
+        out: dict[str, float] = {}
+        for name, spec in self._space.types.items():
+            prior = 0.0 if spec.deadline_ms / 1e3 - margin < live else 1.0
+            tries = self._live_tries.get(name, 0)
+            answers = self._live_answers.get(name, 0)
+            out[name] = (answers + prior * _PRIOR_TRIES) / (tries + _PRIOR_TRIES)
+        return out
+
+    def _urgencies(self, success: dict[str, float] | None = None) -> dict[str, float]:
+        """Urgency per event type, from the live tiers' success (:meth:`live_success`).
+
+        1 where they answer none of the tree's misses, ``relaxed_urgency`` where they answer
+        all, in between as they are seen to.
+        """
+        success = self.live_success() if success is None else success
+        relaxed = self._config.relaxed_urgency
+        return {name: 1.0 - s * (1.0 - relaxed) for name, s in success.items()}
 
     def _batch_size(self) -> int:
         size = self._config.batch_size
@@ -387,21 +427,20 @@ class Planner:
 
         The events expected to arrive while the model writes it (model seconds per branch, a
         full batch's predicted time shared by its rows, over the mean gap), times the share of
-        them the live tiers could answer in time: only those lose anything to planning. With
-        no live tier, or a model too slow for every deadline, planning displaces nothing and
-        costs nothing. Zero until the gap is known: a fresh agent plans freely.
+        them the live tiers answer in time (:meth:`live_success`, per type, weighted by the
+        forecast mix): only those lose anything to planning. With no live tier, or live tiers
+        that answer nothing, planning displaces nothing and costs nothing. Zero until the gap
+        is known: a fresh agent plans freely.
         """
-        return self._cost(self._urgencies(), self._writing()[1])
+        return self._cost(self.live_success(), self._writing()[1])
 
-    def _cost(self, urgency: dict[str, float], seconds_per_branch: float) -> float:
+    def _cost(self, success: dict[str, float], seconds_per_branch: float) -> float:
         gap = self._mean_gap_s if self._mean_gap_s is not None else self._config.prior_gap_s
         if gap is None or gap <= 0 or self._config.cost_weight == 0 or not self._live_tiers:
             return 0.0
         p_type = self._forecaster.type_distribution(self._state.fingerprint)
         live_share = sum(
-            float(p)
-            for name, p in zip(self._space.types, p_type, strict=True)
-            if urgency[name] < 1.0
+            float(p) * success[name] for name, p in zip(self._space.types, p_type, strict=True)
         )
         if live_share == 0.0:
             return 0.0
@@ -418,10 +457,11 @@ class Planner:
         """
         now = self._now()
         cfg = self._config
-        urgency = self._urgencies()
+        success = self.live_success()
+        urgency = self._urgencies(success)
         # The model-time figures once per ranking: this runs on the loop after every event.
         way, seconds = self._writing()
-        cost = self._cost(urgency, seconds)
+        cost = self._cost(success, seconds)
         found: dict[tuple[str, EventKey], Expected] = {}
         need: dict[tuple[str, EventKey], float] = {}
         for e in look_ahead(
@@ -492,11 +532,16 @@ class Planner:
         the next round waits the health's backoff (see :class:`PlannerHealth`).
         """
         cfg = self._config
+        if cfg.budget is not None:
+            self._bucket = BudgetBucket(cfg.budget, self._now())
         while True:
             self._wake.clear()
             # Let ready I/O callbacks (a decision being published) go before ranking work.
             await asyncio.sleep(0)
-            batch = self._next_batch()
+            paid = await self._paid_branches()
+            if paid is None:
+                continue
+            batch = self._next_batch()[:paid]
             if not batch:
                 if self.health.status == "starting":
                     self.health.succeeded(self._now())  # nothing to write is not a failure
@@ -507,6 +552,7 @@ class Planner:
                 self.sleeping = False
                 continue
             t0 = self._now()
+            branches0, busy0 = self.stats.branches, self.stats.busy_s
             try:
                 async with asyncio.timeout(cfg.batch_timeout_s + cfg.hang_grace_s) as limit:
                     failure = await self._run_batch(batch)
@@ -515,6 +561,12 @@ class Planner:
                 hung = isinstance(exc, TimeoutError) and limit.expired()
                 kind = "hang" if hung else type(exc).__name__
                 failure = (kind, "no reply within the batch time limit" if hung else str(exc))
+            if self._bucket is not None:
+                self._bucket.spend(
+                    self._now(),
+                    branches=self.stats.branches - branches0,
+                    device_s=self.stats.busy_s - busy0,
+                )
             if failure is None:
                 self.health.succeeded(self._now())
                 continue
@@ -524,6 +576,20 @@ class Planner:
             for b in batch:
                 self._backoff(b)
             await asyncio.sleep(self.health.failed(kind, detail, self._now()))
+
+    async def _paid_branches(self) -> int | None:
+        """How many branches the budget pays for now (no budget: a whole batch).
+
+        None after waiting for the bucket to refill: the ranking is then stale.
+        """
+        if self._bucket is None:
+            return self._batch_size()
+        seconds = self._writing()[1]
+        paid = self._bucket.branches(self._now(), seconds)
+        if paid > 0:
+            return min(paid, self._batch_size())
+        await asyncio.sleep(self._bucket.wait_s(self._now(), seconds))
+        return None
 
     async def _run_batch(self, batch: list[Branch]) -> tuple[str, str] | None:
         """Write one batch; returns (kind, detail) when it wrote nothing usable."""

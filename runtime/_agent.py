@@ -45,7 +45,7 @@ from forethought.policies import (
 
 from ._bus import EventBus
 from ._config import AgentConfig
-from ._decision import Decision
+from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
 from ._freshness import Freshness
@@ -469,7 +469,15 @@ class Agent:
     def _after(self, decision: Decision) -> None:
         key: EventKey | None = decision.key
         if self.planner is not None:
-            self.planner.observe(key)
+            # What the live tiers did with an event the tree missed: the planner's cost rule
+            # yields idle time to them only for types they are seen to answer.
+            # (A planner with no live tiers beside it ignores this.)
+            live = (
+                None
+                if decision.tier is Tier.TREE
+                else decision.tier in (Tier.SCORE, Tier.LIVE) and decision.met
+            )
+            self.planner.observe(key, live=live)
         if key is not None:
             spec = self.space.types[key.type]
             if spec.effects:

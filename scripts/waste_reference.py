@@ -13,20 +13,25 @@ second figure plans, per visited state, a smallest neighbour cover instead of ev
 (greedy: the key whose neighbourhood holds the most keys not yet answered, until every key
 is) and counts a planned key used when it or a neighbour it serves was asked for.
 
-A third figure asks whether a planner could do better by leaving the unlikeliest keys out:
-knowing the true distribution and how many events each state will see, it plans in every
-state the likeliest keys until they hold 90 % of the stream's mass (the least that can answer
-90 % of events, in expectation) and expects key k, of probability p, to be used with chance
-1 - (1 - p)^n in a state that sees n events. Its expected waste is the least a planner that
-must answer 90 % can expect without knowing the trace itself.
+A third figure is the reference every replay reports (``forethought.sims.reference_waste``),
+here at 90 % coverage: knowing the true distribution and how many events each state will see,
+it plans in every state the likeliest keys until they hold 90 % of the stream's mass and
+expects key k, of probability p, to be used with chance 1 - (1 - p)^n in a state that sees n
+events.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 from forethought.policies import EventKey, EventSpace
-from forethought.sims import load_scenario, shipped_scenarios
+from forethought.sims import (
+    event_distribution,
+    load_scenario,
+    reference_waste,
+    shipped_scenarios,
+    state_visits,
+)
 
 
 def _cover(space: EventSpace, keys: list[EventKey]) -> list[EventKey]:
@@ -48,28 +53,6 @@ def _served(space: EventSpace, key: EventKey, planned: set[EventKey]) -> EventKe
     return next((n for n, _ in space.neighbours(key) if n in planned), None)
 
 
-def _expected_at_90(
-    space: EventSpace, weights: dict[str, float], seen_in: Counter[tuple[str, str]]
-) -> tuple[float, float, float]:
-    """Expected (used, planned, mass) of planning the likeliest keys holding 90 % of the mass."""
-    total = sum(weights.values())
-    per_type = Counter(k.type for k in space if weights[k.type] > 0)
-    p = {k: weights[k.type] / total / per_type[k.type] for k in space if weights[k.type] > 0}
-    chosen: list[EventKey] = []
-    mass = 0.0
-    for k in sorted(p, key=lambda k: -p[k]):
-        if mass >= 0.9 - 1e-9:
-            break
-        chosen.append(k)
-        mass += p[k]
-    used = planned = 0.0
-    for (t, _), n in seen_in.items():
-        mine = [k for k in chosen if k.type == t]
-        planned += len(mine)
-        used += sum(1.0 - (1.0 - p[k]) ** n for k in mine)
-    return used, planned, mass
-
-
 def main() -> None:
     """Print one line per shipped scenario."""
     for path in shipped_scenarios():
@@ -84,13 +67,10 @@ def main() -> None:
         visited: defaultdict[str, set[str]] = defaultdict(set)
         state = sc.spec.initial_state()
         answered = n = 0
-        seen_in: Counter[tuple[str, str]] = Counter()  # events seen per (type, its state)
         for ev in sc.events():
             if ev.state:
                 state = state.patched(ev.state)
             n += 1
-            for t in space.types:
-                seen_in[t, state.fingerprint_for(t)] += 1
             key = space.key(ev.type, ev.params)
             if key is None:
                 continue
@@ -112,13 +92,13 @@ def main() -> None:
                 served = {_served(space, k, chosen) for k in used[fp] if k.type == t}
                 c_planned += len(chosen)
                 c_hits += len(served & chosen)
-        e_used, e_planned, mass = _expected_at_90(space, weights, seen_in)
+        ref = reference_waste(event_distribution(sc), state_visits(sc), 0.9)
         print(
             f"{sc.name:<18} {n:>4} events {len(space):>3} keys: answers {answered / n:6.1%}, "
             f"waste {1 - hits / max(planned, 1):6.1%} ({hits}/{planned}), "
             f"with neighbours {1 - c_hits / max(c_planned, 1):6.1%} ({c_hits}/{c_planned}), "
-            f"likeliest {mass:.0%} of the mass, expected "
-            f"{1 - e_used / max(e_planned, 1):6.1%} ({e_used:.1f}/{e_planned:.0f})"
+            f"likeliest {ref.mass:.0%} of the mass, expected "
+            f"{ref.waste:6.1%} ({ref.used:.1f}/{ref.planned})"
         )
 
 

@@ -22,6 +22,13 @@ from ._scenario import (
     load_spec,
 )
 from ._vloop import VirtualTimeLoop, run_virtual
+from ._waste import (
+    WasteReference,
+    event_distribution,
+    reference_waste,
+    state_visits,
+    waste_figures,
+)
 
 __all__ = [
     "LEVERS",
@@ -40,7 +47,9 @@ __all__ = [
     "StrategyRun",
     "TraceEvent",
     "VirtualTimeLoop",
+    "WasteReference",
     "add_references",
+    "event_distribution",
     "fixed_profile",
     "lever_line",
     "lever_runs",
@@ -51,13 +60,16 @@ __all__ = [
     "metrics",
     "profile_figures",
     "record_replay",
+    "reference_waste",
     "replay",
     "replay_over_mqtt",
     "resolve_profile",
     "run_virtual",
     "shipped_scenarios",
+    "state_visits",
     "table",
     "trace_from_mcap",
+    "waste_figures",
     "without_abstraction",
     "write_decisions",
     "write_json",

@@ -44,6 +44,7 @@ from ._charged import ChargedClock
 from ._records import Record, StrategyRun
 from ._scenario import Scenario, TraceEvent
 from ._vloop import VirtualTimeLoop, run_virtual
+from ._waste import waste_figures
 
 __all__ = ["STRATEGIES", "Record", "StrategyRun", "replay"]
 
@@ -389,6 +390,8 @@ def replay(
         _run(coro, clock)
         run = st.finish()
         run.wall_s = time.perf_counter() - t0
+        if run.planner:  # its waste beside what a planner that knew the stream would waste
+            run.planner.update(waste_figures(scenario, run))
         out[name] = run
     return out
 

@@ -140,6 +140,12 @@ def table(scenario: Scenario, runs: Mapping[str, StrategyRun]) -> str:
             ),
         ),
         ("planner waste", lambda m: _pc((m["planner"] or {}).get("waste"))),
+        # What a planner knowing the stream would waste at the same coverage (sims._waste).
+        ("reference waste", lambda m: _pc((m["planner"] or {}).get("reference_waste"))),
+        (
+            "coverage per branch",
+            lambda m: _fmt((m["planner"] or {}).get("coverage_per_branch"), ".2f"),
+        ),
         ("replay wall s", lambda m: _fmt(m["wall_s"], ".1f")),
     ]
     names = list(ms)

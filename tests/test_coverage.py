@@ -4,6 +4,7 @@ that learns the stream, the value-vs-cost rule and the waste figures."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 from pathlib import Path
@@ -12,12 +13,15 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from pydantic import ValidationError
 
 from forethought.planner import (
+    BudgetBucket,
     Forecaster,
     ModelGate,
     Pace,
     Planner,
+    PlannerBudget,
     PlannerConfig,
     ScriptedBackend,
     StateDrift,
@@ -40,7 +44,7 @@ from forethought.policies import (
     WorldState,
 )
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig
-from forethought.sims import VirtualTimeLoop, load_scenario, shipped_scenarios
+from forethought.sims import VirtualTimeLoop, load_scenario, run_virtual, shipped_scenarios
 
 EVENTS: list[dict[str, Any]] = [
     {
@@ -404,6 +408,50 @@ async def test_a_model_too_slow_for_every_deadline_plans_at_no_cost() -> None:
         assert p.branch_cost() == 0.0  # ...but no live call fits a deadline: none is displaced
 
 
+async def test_the_cost_trusts_the_live_tiers_only_as_far_as_they_answer() -> None:
+    # Deadlines of 2 s: one live call fits on paper, so before any outcome the deadline test
+    # stands in and planning "displaces" live work. Then the live tiers are seen to answer no
+    # obstacle the tree missed (a slow model losing to queues, say): the cost falls to the
+    # other types' share and obstacles become urgent again; answered tasks keep theirs.
+    events = [{**e, "deadline_ms": 2000} for e in EVENTS]
+    space = EventSpace.from_specs(events)
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
+        # p hears the live tiers' outcomes; q sees the same events without them.
+        p, q = (make_planner(backend, space, schema, config=PlannerConfig(horizon=1)) for _ in "pq")
+        assert p.live_success() == dict.fromkeys(space.types, 1.0)
+        obstacle, task = space.keys()[0], space.keys()[2]
+        assert (obstacle.type, task.type) == ("obstacle", "task")
+        for _ in range(8):
+            for key, live in ((obstacle, False), (task, True), (obstacle, None)):
+                # False: the tree missed it and the live tiers did not answer in time; True:
+                # they did; None: the tree answered it, which says nothing of the live tiers.
+                p.observe(key, live=live)
+                q.observe(key)
+                await asyncio.sleep(0.1)
+        assert q.live_success() == dict.fromkeys(space.types, 1.0)
+        success = p.live_success()
+        assert success["obstacle"] == pytest.approx(2 / 10)  # 0 of 8, after the prior's 2 of 2
+        assert success["task"] == 1.0
+        assert success["estop"] == 1.0  # never tried: the deadline test stands
+        urgency = p._urgencies(success)
+        assert urgency["obstacle"] == pytest.approx(1 - 0.2 * (1 - 0.3))
+        assert urgency["task"] == pytest.approx(0.3)
+        # Same gaps, same forecast: the cost now counts obstacles at their observed 20 %.
+        assert q.branch_cost() > 0.1
+        assert p.branch_cost() < 0.6 * q.branch_cost()
+
+
+async def test_with_no_live_tier_beside_it_the_planner_ignores_live_outcomes() -> None:
+    space = EventSpace.from_specs([{**e, "deadline_ms": 2000} for e in EVENTS])
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
+        p = make_planner(backend, space, schema, live_tiers=False)
+        p.observe(space.keys()[0], live=True)
+        assert p.live_success() == dict.fromkeys(space.types, 0.0)
+        assert p._urgencies() == dict.fromkeys(space.types, 1.0)
+
+
 # -- the generator and the large scenario --------------------------------------------------------
 
 
@@ -681,3 +729,58 @@ async def test_planner_learns_whether_neighbours_agree_and_writes_accordingly(
     else:
         assert planner.agreement.rate("gap") < 0.5
         assert written == 7  # every key written: a neighbour's answer would not be the model's
+
+
+# -- the budget ----------------------------------------------------------------------------------
+
+
+def test_the_budget_bucket_fills_at_its_rate_and_holds_a_minute() -> None:
+    bucket = BudgetBucket(PlannerBudget(branches_per_minute=6), now=0.0)
+    assert bucket.branches(0.0, 0.5) == 6  # a minute's worth to start with
+    bucket.spend(0.0, branches=6, device_s=3.0)
+    assert bucket.branches(0.0, 0.5) == 0
+    assert bucket.wait_s(0.0, 0.5) == pytest.approx(10.0)  # one branch each 10 s
+    assert bucket.branches(25.0, 0.5) == 2
+    assert bucket.branches(1000.0, 0.5) == 6  # never more than a minute's worth
+    seconds = BudgetBucket(PlannerBudget(device_s_per_minute=3), now=0.0)
+    assert seconds.branches(0.0, 0.5) == 6  # 3 device-s at 0.5 s a branch
+    seconds.spend(0.0, branches=2, device_s=4.0)  # a batch may overdraw
+    assert seconds.wait_s(0.0, 0.5) == pytest.approx((0.5 + 1.0) / (3 / 60))
+    with pytest.raises(ValidationError):
+        PlannerBudget()
+    with pytest.raises(ValidationError):
+        PlannerBudget(branches_per_minute=5, device_s_per_minute=1)
+
+
+def test_a_budgeted_planner_writes_its_most_valuable_branches_and_no_more() -> None:
+    # Five keys, no events: unbounded, the planner writes them all at once; with 2 branches a
+    # minute it writes 2 at once (the bucket starts with a minute's worth) and one per 30 s
+    # after, the most valuable keys first.
+    space = EventSpace.from_specs(EVENTS)
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+
+    async def written(budget: PlannerBudget | None, minutes: float) -> list[EventKey]:
+        tree = PolicyTree()
+        async with ScriptedBackend(step_s=0.01, prefill_s=0.01, action={"action": "go"}) as backend:
+            p = make_planner(
+                backend,
+                space,
+                schema,
+                tree=tree,
+                config=PlannerConfig(horizon=1, min_rate=0.0, budget=budget),
+            )
+            ranked = [b.key for b in p.candidates()]
+            run = asyncio.create_task(p.run())
+            await asyncio.sleep(minutes * 60)
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+        keys = [n.key for n in sorted(tree.nodes(), key=lambda n: n.created_at)]
+        assert set(keys) <= set(ranked)
+        return [k for k in ranked if k in keys]
+
+    free = run_virtual(written(None, 1.0))
+    capped = run_virtual(written(PlannerBudget(branches_per_minute=2), 0.6))
+    assert len(free) == len(space)
+    assert len(capped) == 2 + 1  # 2 at once, then one at 30 s (the next is due at 60 s)
+    assert capped == free[: len(capped)]  # the most valuable first

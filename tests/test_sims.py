@@ -314,5 +314,8 @@ def test_the_matrix_runs_only_the_strategies_asked_for(
     ]
     assert all(r["events"] == len(load_scenario(kiosk).events()) for r in rows)
     assert orjson.loads(out.read_bytes())["rows"] == rows
+    # planner waste stands beside the reference at the same coverage, and what a branch bought
+    assert all(0 <= r["reference_waste"] <= 1 for r in rows)
+    assert all(r["coverage_per_branch"] is not None for r in rows)
     with pytest.raises(ConfigError, match="--strategy"):
         matrix("tree,psychic")
