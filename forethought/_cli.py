@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 
-from forethought.planner import DEFAULT_MODEL
 from forethought.policies import ConfigError, ForethoughtError
 
 __all__ = ["main"]
@@ -34,8 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--model",
-        default=DEFAULT_MODEL,
-        help="alias, local directory, .gguf file or cached Hugging Face id",
+        default=None,
+        help="alias, local directory, .gguf file or cached Hugging Face id "
+        "(default: the embedded smollm2-135m)",
     )
     bench.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     bench.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
@@ -67,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_run(sub)
     _add_send(sub)
+    _add_check(sub)
     sim = sub.add_parser(
         "sim", help="replay a scenario: live-naive, live, tree, hybrid side by side, with reports"
     )
@@ -88,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         help="simulated device: a shipped profile (cpu-2core-smollm2, design-note-gpu, gpu-8b, "
         "cpu-8b-q4), cpu-measured, or step_ms=8.6,prefill_us_per_token=50",
     )
-    sim.add_argument("--model", default=DEFAULT_MODEL)
+    sim.add_argument("--model", default=None, help="as bench's (default: smollm2-135m)")
     sim.add_argument(
         "--record",
         type=Path,
@@ -175,6 +176,27 @@ def _add_run(sub: Any) -> None:
         help="also serve /metrics in the Prometheus text format (needs prometheus-client)",
     )
     _tls_flags(run)
+
+
+def _add_check(sub: Any) -> None:
+    """``forethought check``'s and ``forethought schema``'s flags."""
+    check = sub.add_parser(
+        "check", help="check a spec or scenario: every problem, with no model loaded (< 2 s)"
+    )
+    check.add_argument("spec", type=Path, help="agent spec or scenario (YAML or JSON)")
+    check.add_argument(
+        "--trace",
+        action="store_true",
+        help="check it as a simulator scenario (a trace or generate block is required); "
+        "implied when the file has one",
+    )
+    check.add_argument(
+        "--profile",
+        default="cpu-2core-smollm2",
+        help="the shipped device profile the planning cost is given under",
+    )
+    schema = sub.add_parser("schema", help="print the JSON Schema of a file format")
+    schema.add_argument("format", choices=["spec"], help="spec: spec and scenario files")
 
 
 def _add_send(sub: Any) -> None:
@@ -265,6 +287,11 @@ def _send(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (one branch per command, nothing shared)."""
     args = _parser().parse_args(argv)
+    if args.command in ("bench", "sim") and args.model is None:
+        # Read here, not at import: the planner package is heavy and `check` must start fast.
+        from forethought.planner import DEFAULT_MODEL  # noqa: PLC0415
+
+        args.model = DEFAULT_MODEL
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "bench":
@@ -343,6 +370,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         elif args.command == "send":
             print(orjson.dumps(_send(args)).decode())
+        elif args.command == "check":
+            from forethought._check import run_check  # noqa: PLC0415 - no model, no torch
+
+            return run_check(
+                args.spec,
+                scenario=True if args.trace else None,
+                profile=args.profile,
+                out=sys.stdout,
+            )
+        elif args.command == "schema":
+            from forethought.sims import spec_file_schema  # noqa: PLC0415
+
+            print(orjson.dumps(spec_file_schema(), option=orjson.OPT_INDENT_2).decode())
     except ForethoughtError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

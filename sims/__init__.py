@@ -4,6 +4,7 @@ from pathlib import Path
 
 from ._charged import ChargedClock
 from ._fidelity import add_references
+from ._file_schema import spec_file_schema
 from ._grading import Grader, Rule
 from ._levers import LEVERS, fixed_profile, lever_line, lever_runs, without_abstraction
 from ._mcap import McapMapping, McapTrace, load_mapping, record_replay, trace_from_mcap
@@ -21,6 +22,7 @@ from ._scenario import (
     load_scenario,
     load_spec,
 )
+from ._scenario_check import TRACE_HINT, check_scenario
 from ._vloop import VirtualTimeLoop, run_virtual
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "PROFILES",
     "SCENARIO_KEYS",
     "STRATEGIES",
+    "TRACE_HINT",
     "ChargedClock",
     "Drift",
     "Generate",
@@ -41,6 +44,7 @@ __all__ = [
     "TraceEvent",
     "VirtualTimeLoop",
     "add_references",
+    "check_scenario",
     "fixed_profile",
     "lever_line",
     "lever_runs",
@@ -56,6 +60,7 @@ __all__ = [
     "resolve_profile",
     "run_virtual",
     "shipped_scenarios",
+    "spec_file_schema",
     "table",
     "trace_from_mcap",
     "without_abstraction",
