@@ -87,7 +87,15 @@ def _parser() -> argparse.ArgumentParser:
         "--profile",
         default=None,
         help="simulated device: a shipped profile (cpu-2core-smollm2, design-note-gpu, gpu-8b, "
-        "cpu-8b-q4), cpu-measured, or step_ms=8.6,prefill_us_per_token=50",
+        "cpu-8b-q4), cpu-measured, or step_ms=8.6,prefill_us_per_token=50; several shipped "
+        "profiles, comma-separated, replay side by side",
+    )
+    sim.add_argument(
+        "--events",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replay only the scenario's first N events (with several profiles)",
     )
     sim.add_argument("--model", default=None, help="as bench's (default: smollm2-135m)")
     sim.add_argument(
@@ -284,6 +292,65 @@ def _send(args: argparse.Namespace) -> dict[str, Any]:
     return reply
 
 
+def _sim(args: argparse.Namespace) -> None:
+    """``forethought sim``: the matrix, several profiles side by side, or one replay."""
+    if args.matrix:
+        from forethought._sim import run_matrix  # noqa: PLC0415 - loads torch
+
+        run_matrix(
+            scenarios=[args.scenario] if args.scenario else None,
+            profiles=[args.profile] if args.profile else None,
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            json_path=args.json,
+            strategy=args.strategy,
+        )
+    elif args.profile is not None and "," in args.profile:
+        from forethought._side_by_side import run_profiles  # noqa: PLC0415 - loads torch
+        from forethought._sim import strategy_names  # noqa: PLC0415
+
+        if args.scenario is None:
+            raise ConfigError("scenario", None, "give a scenario file")
+        run_profiles(
+            scenario_path=args.scenario,
+            profiles=[p.strip() for p in args.profile.split(",")],
+            events=args.events,
+            strategy=strategy_names(args.strategy),
+            seed=args.seed,
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            json_path=args.json,
+            report=args.report,
+        )
+    else:
+        from forethought._sim import run_sim  # noqa: PLC0415 - loads torch
+
+        if args.scenario is None:
+            raise ConfigError("scenario", None, "give a scenario file (or --matrix)")
+        run_sim(
+            seed=args.seed,
+            scenario_path=args.scenario,
+            strategy=args.strategy,
+            clock=args.clock,
+            speed=args.speed,
+            profile=args.profile,
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            json_path=args.json,
+            decisions=args.decisions,
+            report=args.report,
+            mqtt=args.mqtt,
+            agent_id=args.agent_id,
+            planner=args.planner,
+            record=args.record,
+            mapping=args.map,
+            spec=args.spec,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (one branch per command, nothing shared)."""
     args = _parser().parse_args(argv)
@@ -308,43 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 backend_url=args.backend,
                 load_minutes=args.load_minutes,
             )
-        elif args.command == "sim" and args.matrix:
-            from forethought._sim import run_matrix  # noqa: PLC0415 - loads torch
-
-            run_matrix(
-                scenarios=[args.scenario] if args.scenario else None,
-                profiles=[args.profile] if args.profile else None,
-                model=args.model,
-                device=args.device,
-                dtype=args.dtype,
-                json_path=args.json,
-                strategy=args.strategy,
-            )
         elif args.command == "sim":
-            from forethought._sim import run_sim  # noqa: PLC0415 - loads torch
-
-            if args.scenario is None:
-                raise ConfigError("scenario", None, "give a scenario file (or --matrix)")
-            run_sim(
-                seed=args.seed,
-                scenario_path=args.scenario,
-                strategy=args.strategy,
-                clock=args.clock,
-                speed=args.speed,
-                profile=args.profile,
-                model=args.model,
-                device=args.device,
-                dtype=args.dtype,
-                json_path=args.json,
-                decisions=args.decisions,
-                report=args.report,
-                mqtt=args.mqtt,
-                agent_id=args.agent_id,
-                planner=args.planner,
-                record=args.record,
-                mapping=args.map,
-                spec=args.spec,
-            )
+            _sim(args)
         elif args.command == "run":
             from forethought._commands import run_agent  # noqa: PLC0415
 

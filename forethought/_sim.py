@@ -33,7 +33,7 @@ from forethought.sims import (
     write_report,
 )
 
-__all__ = ["run_matrix", "run_sim"]
+__all__ = ["run_matrix", "run_sim", "strategy_names"]
 
 DEFAULT_PROFILE = "cpu-2core-smollm2"
 
@@ -54,7 +54,8 @@ def _progress(total: int) -> Callable[[], None]:
     return tick
 
 
-def _strategies(text: str) -> tuple[str, ...]:
+def strategy_names(text: str) -> tuple[str, ...]:
+    """``--strategy``'s value as strategy names (all: every one)."""
     if text == "all":
         return STRATEGIES
     names = tuple(s.strip() for s in text.split(","))
@@ -121,7 +122,7 @@ def run_sim(
         scenario = load_scenario(spec, recording=(scenario_path, mapping))
     else:
         scenario = load_scenario(scenario_path)
-    names = _strategies(strategy)
+    names = strategy_names(strategy)
     if clock not in ("virtual", "real"):
         raise ConfigError("--clock", clock, "choose virtual or real")
     outputs = {"json_path": json_path, "decisions": decisions, "report": report}
@@ -264,7 +265,7 @@ def run_matrix(
 
     (A loop that prints its table row by row as replays finish: a long run shows progress.)
     """
-    strategies = _strategies(strategy)
+    strategies = strategy_names(strategy)
     backend = _load(model, device, dtype)
     paths = scenarios or shipped_scenarios()
     names = profiles or list(PROFILES)

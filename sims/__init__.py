@@ -9,6 +9,7 @@ from ._grading import Grader, Rule
 from ._levers import LEVERS, fixed_profile, lever_line, lever_runs, without_abstraction
 from ._mcap import McapMapping, McapTrace, load_mapping, record_replay, trace_from_mcap
 from ._mqtt_replay import replay_over_mqtt
+from ._naive_cache import decode_naive, decode_references, naive_prompts
 from ._profiles import PROFILES, measure_profile, profile_figures, resolve_profile
 from ._records import Record, StrategyRun
 from ._replay import STRATEGIES, replay
@@ -45,6 +46,8 @@ __all__ = [
     "VirtualTimeLoop",
     "add_references",
     "check_scenario",
+    "decode_naive",
+    "decode_references",
     "fixed_profile",
     "lever_line",
     "lever_runs",
@@ -53,6 +56,7 @@ __all__ = [
     "load_spec",
     "measure_profile",
     "metrics",
+    "naive_prompts",
     "profile_figures",
     "record_replay",
     "replay",

@@ -111,7 +111,7 @@ def check_scenario(data: Any, path: str = "scenario") -> list[Problem]:
             problems += values.unknown(ev["state"], f"{where}.state")
     gen = data.get("generate")
     if gen is not None:
-        problems += _generate(gen, declared, values, spec)
+        problems += _generate(gen, declared, values)
     if spec is not None:
         problems += _accept(data, spec)
     if not any(p.severity == "error" for p in problems):
@@ -140,9 +140,7 @@ def _spec(data: Mapping[str, Any]) -> AgentSpec | None:
         return None
 
 
-def _generate(
-    gen: Any, declared: list[str], values: StateValues | None, spec: AgentSpec | None
-) -> list[Problem]:
+def _generate(gen: Any, declared: list[str], values: StateValues | None) -> list[Problem]:
     problems = _model_problems(Generate, gen, "generate")
     if not isinstance(gen, Mapping):
         return problems
@@ -167,18 +165,6 @@ def _generate(
             )
     if values is not None and isinstance(gen.get("drift"), list):
         problems += _drift(gen["drift"], values)
-    if isinstance(gen.get("weights"), Mapping) and spec is not None:
-        silent = [t.type for t in spec.events if not gen["weights"].get(t.type)]
-        if silent:
-            problems.append(
-                Problem(
-                    "warning",
-                    "generate.weights",
-                    dict(gen["weights"]),
-                    f"gives no weight to {', '.join(silent)}: the stream never draws them",
-                    "give them a weight, or add them to the trace",
-                )
-            )
     return problems
 
 
