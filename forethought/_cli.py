@@ -203,6 +203,16 @@ def _add_check(sub: Any) -> None:
         default="cpu-2core-smollm2",
         help="the shipped device profile the planning cost is given under",
     )
+    tree = sub.add_parser(
+        "tree", help="what a policy tree holds (keys, actions, model, age), or would hold"
+    )
+    tree.add_argument("file", type=Path, help="a tree snapshot, or a spec/scenario file")
+    tree.add_argument(
+        "--state", default=None, metavar="JSON", help="with a spec: patch its initial state"
+    )
+    tree.add_argument(
+        "--snapshot", type=Path, default=None, help="with a spec: the snapshot to read answers from"
+    )
     schema = sub.add_parser("schema", help="print the JSON Schema of a file format")
     schema.add_argument("format", choices=["spec"], help="spec: spec and scenario files")
 
@@ -411,6 +421,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 profile=args.profile,
                 out=sys.stdout,
             )
+        elif args.command == "tree":
+            from forethought._tree_command import run_tree  # noqa: PLC0415 - no model
+
+            return run_tree(args.file, state=args.state, snapshot=args.snapshot, out=sys.stdout)
         elif args.command == "schema":
             from forethought.sims import spec_file_schema  # noqa: PLC0415
 
