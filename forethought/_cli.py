@@ -40,7 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     bench.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
     bench.add_argument("--grammar", default="llguidance", choices=["llguidance", "xgrammar"])
-    bench.add_argument("--quick", action="store_true", help="about a minute on a 2-core CPU")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer rounds and sweep points: several minutes on a 2-core CPU (the full run "
+        "much longer); progress shows on a terminal",
+    )
     bench.add_argument(
         "--backend",
         default=None,
