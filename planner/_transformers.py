@@ -395,7 +395,8 @@ class TransformersBackend:
         )
         return [
             dataclasses.replace(
-                self._to_generation(schema, result, row), prompt_tokens=len(ids),
+                self._to_generation(schema, result, row),
+                prompt_tokens=len(ids),
                 prefill_tokens=len(ids),
             )
             for ids, row in zip(rows, result.rows, strict=True)
