@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from forethought._progress import Bars
 from forethought.planner import LatencyProfile, ServerBackend, TransformersBackend, is_server_url
 from forethought.policies import ConfigError
 from forethought.runtime import AgentConfig
@@ -133,7 +134,8 @@ def run_sim(
         return _outputs(
             scenario, {"agent": run}, model="(remote agent)", clock=clock, profile={}, **outputs
         )
-    backend = _load(model, device, dtype)
+    with Bars() as bars, bars.wait(f"loading {model}"):
+        backend = _load(model, device, dtype)
     pname, prof = _profile(profile, scenario, backend)
     n = len(scenario.events()) * len(names)
     print(
@@ -156,7 +158,8 @@ def run_sim(
     )
     if planner is not None:
         runs.update(_with_server_planner(scenario, backend, names, planner, clock, prof, speed))
-    add_references(scenario, runs, backend)
+    with Bars() as bars, bars.wait("fidelity references"):
+        add_references(scenario, runs, backend)
     figures = {"name": pname, **profile_figures(prof)}
     if record is not None:
         n = record_replay(record, scenario, runs)
