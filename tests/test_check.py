@@ -344,3 +344,23 @@ def test_check_json_problem_lines_for_a_non_mapping() -> None:
     (problem,) = check_spec(["not", "a", "spec"])
     assert problem.severity == "error"
     assert problem.path == "spec"
+
+
+def test_update_state_with_an_undeclared_value_is_warned_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from forethought.runtime import Agent
+
+    spec = AgentSpec.model_validate({k: v for k, v in DOOR.items() if k != "generate"})
+    agent = Agent(spec)
+    with caplog.at_level(logging.WARNING, logger="forethought.agent"):
+        agent.update_state({"mode": "alarm"})  # declared by the alarm's effect
+        assert caplog.records == []
+        agent.update_state({"mode": "maintenance"})
+        agent.update_state({"mode": "maintenance"})
+    (record,) = caplog.records
+    text = record.getMessage()
+    assert "update_state.mode" in text
+    assert "'maintenance'" in text
+    assert "declared: 'alarm', 'normal'" in text
+    assert agent.state.get("mode") == "maintenance"  # accepted: the world is what it is
