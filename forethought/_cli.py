@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 
-from forethought.planner import DEFAULT_MODEL
 from forethought.policies import ConfigError, ForethoughtError
 
 __all__ = ["main"]
@@ -34,13 +33,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--model",
-        default=DEFAULT_MODEL,
-        help="alias, local directory, .gguf file or cached Hugging Face id",
+        default=None,
+        help="alias, local directory, .gguf file or cached Hugging Face id "
+        "(default: the embedded smollm2-135m)",
     )
     bench.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     bench.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
     bench.add_argument("--grammar", default="llguidance", choices=["llguidance", "xgrammar"])
-    bench.add_argument("--quick", action="store_true", help="about a minute on a 2-core CPU")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer rounds and sweep points: several minutes on a 2-core CPU (the full run "
+        "much longer); progress shows on a terminal",
+    )
     bench.add_argument(
         "--backend",
         default=None,
@@ -71,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_run(sub)
     _add_send(sub)
+    _add_check(sub)
     sim = sub.add_parser(
         "sim", help="replay a scenario: live-naive, live, tree, hybrid side by side, with reports"
     )
@@ -90,9 +96,17 @@ def _parser() -> argparse.ArgumentParser:
         "--profile",
         default=None,
         help="simulated device: a shipped profile (cpu-2core-smollm2, design-note-gpu, gpu-8b, "
-        "cpu-8b-q4), cpu-measured, or step_ms=8.6,prefill_us_per_token=50",
+        "cpu-8b-q4), cpu-measured, or step_ms=8.6,prefill_us_per_token=50; several shipped "
+        "profiles, comma-separated, replay side by side",
     )
-    sim.add_argument("--model", default=DEFAULT_MODEL)
+    sim.add_argument(
+        "--events",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replay only the scenario's first N events (with several profiles)",
+    )
+    sim.add_argument("--model", default=None, help="as bench's (default: smollm2-135m)")
     sim.add_argument(
         "--engine",
         default="torch",
@@ -188,6 +202,37 @@ def _add_run(sub: Any) -> None:
     _tls_flags(run)
 
 
+def _add_check(sub: Any) -> None:
+    """``forethought check``'s and ``forethought schema``'s flags."""
+    check = sub.add_parser(
+        "check", help="check a spec or scenario: every problem, with no model loaded (< 2 s)"
+    )
+    check.add_argument("spec", type=Path, help="agent spec or scenario (YAML or JSON)")
+    check.add_argument(
+        "--trace",
+        action="store_true",
+        help="check it as a simulator scenario (a trace or generate block is required); "
+        "implied when the file has one",
+    )
+    check.add_argument(
+        "--profile",
+        default="cpu-2core-smollm2",
+        help="the shipped device profile the planning cost is given under",
+    )
+    tree = sub.add_parser(
+        "tree", help="what a policy tree holds (keys, actions, model, age), or would hold"
+    )
+    tree.add_argument("file", type=Path, help="a tree snapshot, or a spec/scenario file")
+    tree.add_argument(
+        "--state", default=None, metavar="JSON", help="with a spec: patch its initial state"
+    )
+    tree.add_argument(
+        "--snapshot", type=Path, default=None, help="with a spec: the snapshot to read answers from"
+    )
+    schema = sub.add_parser("schema", help="print the JSON Schema of a file format")
+    schema.add_argument("format", choices=["spec"], help="spec: spec and scenario files")
+
+
 def _add_send(sub: Any) -> None:
     """``forethought send``'s flags."""
     send = sub.add_parser("send", help="publish a test event and print the decision")
@@ -273,9 +318,74 @@ def _send(args: argparse.Namespace) -> dict[str, Any]:
     return reply
 
 
+def _sim(args: argparse.Namespace) -> None:
+    """``forethought sim``: the matrix, several profiles side by side, or one replay."""
+    if args.matrix:
+        from forethought._sim import run_matrix  # noqa: PLC0415 - loads torch
+
+        run_matrix(
+            scenarios=[args.scenario] if args.scenario else None,
+            profiles=[args.profile] if args.profile else None,
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            json_path=args.json,
+            strategy=args.strategy,
+        )
+    elif args.profile is not None and "," in args.profile:
+        from forethought._side_by_side import run_profiles  # noqa: PLC0415 - loads torch
+        from forethought._sim import strategy_names  # noqa: PLC0415
+
+        if args.scenario is None:
+            raise ConfigError("scenario", None, "give a scenario file")
+        run_profiles(
+            scenario_path=args.scenario,
+            profiles=[p.strip() for p in args.profile.split(",")],
+            events=args.events,
+            strategy=strategy_names(args.strategy),
+            seed=args.seed,
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            json_path=args.json,
+            report=args.report,
+        )
+    else:
+        from forethought._sim import run_sim  # noqa: PLC0415 - loads torch
+
+        if args.scenario is None:
+            raise ConfigError("scenario", None, "give a scenario file (or --matrix)")
+        run_sim(
+            seed=args.seed,
+            scenario_path=args.scenario,
+            strategy=args.strategy,
+            clock=args.clock,
+            speed=args.speed,
+            profile=args.profile,
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            json_path=args.json,
+            decisions=args.decisions,
+            report=args.report,
+            mqtt=args.mqtt,
+            agent_id=args.agent_id,
+            planner=args.planner,
+            record=args.record,
+            mapping=args.map,
+            spec=args.spec,
+            engine=args.engine,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (one branch per command, nothing shared)."""
     args = _parser().parse_args(argv)
+    if args.command in ("bench", "sim") and args.model is None:
+        # Read here, not at import: the planner package is heavy and `check` must start fast.
+        from forethought.planner import DEFAULT_MODEL  # noqa: PLC0415
+
+        args.model = DEFAULT_MODEL
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "bench" and args.suite == "engine":
@@ -296,44 +406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 backend_url=args.backend,
                 load_minutes=args.load_minutes,
             )
-        elif args.command == "sim" and args.matrix:
-            from forethought._sim import run_matrix  # noqa: PLC0415 - loads torch
-
-            run_matrix(
-                scenarios=[args.scenario] if args.scenario else None,
-                profiles=[args.profile] if args.profile else None,
-                model=args.model,
-                device=args.device,
-                dtype=args.dtype,
-                json_path=args.json,
-                strategy=args.strategy,
-            )
         elif args.command == "sim":
-            from forethought._sim import run_sim  # noqa: PLC0415 - loads torch
-
-            if args.scenario is None:
-                raise ConfigError("scenario", None, "give a scenario file (or --matrix)")
-            run_sim(
-                seed=args.seed,
-                scenario_path=args.scenario,
-                strategy=args.strategy,
-                clock=args.clock,
-                speed=args.speed,
-                profile=args.profile,
-                model=args.model,
-                device=args.device,
-                dtype=args.dtype,
-                json_path=args.json,
-                decisions=args.decisions,
-                report=args.report,
-                mqtt=args.mqtt,
-                agent_id=args.agent_id,
-                planner=args.planner,
-                record=args.record,
-                mapping=args.map,
-                spec=args.spec,
-                engine=args.engine,
-            )
+            _sim(args)
         elif args.command == "run":
             from forethought._commands import run_agent  # noqa: PLC0415
 
@@ -359,6 +433,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         elif args.command == "send":
             print(orjson.dumps(_send(args)).decode())
+        elif args.command == "check":
+            from forethought._check import run_check  # noqa: PLC0415 - no model, no torch
+
+            return run_check(
+                args.spec,
+                scenario=True if args.trace else None,
+                profile=args.profile,
+                out=sys.stdout,
+            )
+        elif args.command == "tree":
+            from forethought._tree_command import run_tree  # noqa: PLC0415 - no model
+
+            return run_tree(args.file, state=args.state, snapshot=args.snapshot, out=sys.stdout)
+        elif args.command == "schema":
+            from forethought.sims import spec_file_schema  # noqa: PLC0415
+
+            print(orjson.dumps(spec_file_schema(), option=orjson.OPT_INDENT_2).decode())
     except ForethoughtError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

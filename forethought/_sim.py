@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from forethought._progress import Bars
 from forethought.planner import (
     LatencyProfile,
     ManagedServerBackend,
@@ -40,7 +41,7 @@ from forethought.sims import (
     write_report,
 )
 
-__all__ = ["run_matrix", "run_sim"]
+__all__ = ["run_matrix", "run_sim", "strategy_names"]
 
 DEFAULT_PROFILE = "cpu-2core-smollm2"
 
@@ -61,7 +62,8 @@ def _progress(total: int) -> Callable[[], None]:
     return tick
 
 
-def _strategies(text: str) -> tuple[str, ...]:
+def strategy_names(text: str) -> tuple[str, ...]:
+    """``--strategy``'s value as strategy names (all: every one)."""
     if text == "all":
         return STRATEGIES
     names = tuple(s.strip() for s in text.split(","))
@@ -133,7 +135,7 @@ def run_sim(
         scenario = load_scenario(spec, recording=(scenario_path, mapping))
     else:
         scenario = load_scenario(scenario_path)
-    names = _strategies(strategy)
+    names = strategy_names(strategy)
     if clock not in ("virtual", "real"):
         raise ConfigError("--clock", clock, "choose virtual or real")
     outputs = {"json_path": json_path, "decisions": decisions, "report": report}
@@ -150,7 +152,8 @@ def run_sim(
         raise ConfigError(
             "--engine", engine, "a server's time cannot be charged to virtual time: --clock real"
         )
-    backend = _load(model, device, dtype)
+    with Bars() as bars, bars.wait(f"loading {model}"):
+        backend = _load(model, device, dtype)
     pname, prof = _profile(profile, scenario, backend)
     n = len(scenario.events()) * len(names)
     print(
@@ -173,7 +176,8 @@ def run_sim(
     )
     if planner is not None:
         runs.update(_with_server_planner(scenario, backend, names, planner, clock, prof, speed))
-    add_references(scenario, runs, backend)
+    with Bars() as bars, bars.wait("fidelity references"):
+        add_references(scenario, runs, backend)
     figures = {"name": pname, **profile_figures(prof)}
     if record is not None:
         n = record_replay(record, scenario, runs)
@@ -291,7 +295,7 @@ def run_matrix(
 
     (A loop that prints its table row by row as replays finish: a long run shows progress.)
     """
-    strategies = _strategies(strategy)
+    strategies = strategy_names(strategy)
     backend = _load(model, device, dtype)
     paths = scenarios or shipped_scenarios()
     names = profiles or list(PROFILES)

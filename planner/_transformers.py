@@ -10,6 +10,7 @@ is given.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -359,6 +360,47 @@ class TransformersBackend:
             jump_forward=opts.jump_forward,
         )
         return [self._to_generation(schema, result, row, share=len(own)) for row in result.rows]
+
+    def generate_each_sync(
+        self,
+        prompts: Sequence[Prompt],
+        schema: ActionSchema,
+        *,
+        max_new_tokens: int = 64,
+    ) -> list[Generation]:
+        """One action per prompt, each on a context of its own, decoded together in one batch.
+
+        No prefix is shared or cached: every row prefills its whole prompt, as a call of its
+        own without prefix reuse would (the simulator's naive caller decodes its distinct
+        prompts this way, once, then charges each replay what one call per prompt costs).
+        Each generation's ``prompt_tokens`` and ``prefill_tokens`` are its own row's.
+        """
+        if not prompts:
+            return []
+        opts = self._options
+        rows = [[*p, *o] for p, o in (self.prompts.encode(q, schema, opts.form) for q in prompts)]
+        if opts.constrained:
+            max_new_tokens = min(max_new_tokens, self.max_output_tokens(schema))
+        self._admit(math.inf, max(len(r) for r in rows), max_new_tokens)
+        self.calls += 1
+        result = self.decoder.decode(
+            [],
+            rows,
+            deadline=math.inf,
+            engine=self.engine if opts.constrained else None,
+            compiled=self._compile(schema) if opts.constrained else None,
+            max_new_tokens=max_new_tokens,
+            reuse_prefix=False,
+            jump_forward=opts.jump_forward,
+        )
+        return [
+            dataclasses.replace(
+                self._to_generation(schema, result, row),
+                prompt_tokens=len(ids),
+                prefill_tokens=len(ids),
+            )
+            for ids, row in zip(rows, result.rows, strict=True)
+        ]
 
     async def generate(
         self,

@@ -25,6 +25,7 @@ from ._errors import (
 )
 from ._events import EventKey, EventSpace, EventType, Grid
 from ._spec import AgentSpec, load_document
+from ._spec_check import Problem, StateValues, check_spec
 from ._state import WorldState
 from ._tree import PolicyNode, PolicyTree
 
@@ -49,6 +50,7 @@ __all__ = [
     "NotStarted",
     "PolicyNode",
     "PolicyTree",
+    "Problem",
     "PromptTooLong",
     "SchemaError",
     "ServerError",
@@ -57,7 +59,9 @@ __all__ = [
     "ServerUnavailable",
     "SnapshotError",
     "StateAbstraction",
+    "StateValues",
     "WorldState",
+    "check_spec",
     "first_problem",
     "load_document",
 ]

@@ -10,6 +10,7 @@ a trace.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,10 @@ from ._abstraction import StateAbstraction
 from ._action import ActionSchema
 from ._errors import ConfigError, ForethoughtError, first_problem
 from ._events import EventSpace, EventType, Grid
+from ._spec_check import check_spec
 from ._state import WorldState
+
+_log = logging.getLogger("forethought.spec")
 
 __all__ = ["AgentSpec", "load_document"]
 
@@ -99,15 +103,28 @@ class AgentSpec(BaseModel):
         """Validate plain data; errors name the source, the field path and the problem.
 
         ``ignore`` names top-level keys that belong to a larger document the spec is part of
-        (a simulator scenario's ``trace``, say); any other unknown key is an error.
+        (a simulator scenario's ``trace``, say); any other unknown key is an error. An invalid
+        spec's error lists every problem :func:`check_spec` finds (``forethought check``'s);
+        a valid spec's warnings (effects naming no state field, say) are logged.
         """
         if not isinstance(data, dict):
             raise ConfigError(source, type(data).__name__, "a spec must be a mapping")
         header = {k: v for k, v in data.items() if k not in ignore}
         try:
-            return cls.model_validate(header)
+            spec = cls.model_validate(header)
         except ValidationError as exc:
-            raise _config_error(source, exc) from None
+            error = _config_error(source, exc)
+            others = [p for p in check_spec(header) if p.severity == "error"]
+            if len(others) > 1:
+                listed = "".join(f"\n  {p.line()}" for p in others)
+                error = ConfigError(
+                    error.field, error.value, f"{error.problem}; all {len(others)}:{listed}"
+                )
+            raise error from None
+        for problem in check_spec(header):
+            if problem.severity == "warning":
+                _log.warning("%s: %s", source, problem.line())
+        return spec
 
     @classmethod
     def from_file(cls, path: str | Path, *, ignore: Collection[str] = ()) -> AgentSpec:

@@ -40,6 +40,7 @@ from forethought.policies import (
     PolicyNode,
     PolicyTree,
     SnapshotError,
+    StateValues,
     WorldState,
 )
 
@@ -102,6 +103,8 @@ class Agent:
         self.bus = bus
         self.recorder = recorder
         self._state = spec.initial_state(max_bytes=self.config.max_state_bytes)
+        self._state_values = StateValues.of(spec)
+        self._undeclared_seen: set[tuple[str, str]] = set()
         self.gate = ModelGate()
         self.tree = PolicyTree(
             max_nodes=self.config.tree_max_nodes,
@@ -484,8 +487,19 @@ class Agent:
                 self._set_state(self._state.after(spec, key), external=False)
 
     def update_state(self, patch: dict[str, Any]) -> None:
-        """Set fields of the state (None removes one); raises InvalidState, keeping the old."""
-        self._set_state(self._state.patched(patch), external=True)
+        """Set fields of the state (None removes one); raises InvalidState, keeping the old.
+
+        A field the spec's state does not declare, or a categorical value neither the state
+        nor an effect gives it, is accepted (the world is what it is) and logged as a
+        warning, once per field and value: the tree holds nothing planned for it.
+        """
+        state = self._state.patched(patch)
+        for problem in self._state_values.unknown(patch, "update_state"):
+            seen = (problem.path, repr(problem.value))
+            if seen not in self._undeclared_seen:
+                self._undeclared_seen.add(seen)
+                log.warning("%s", problem.line())
+        self._set_state(state, external=True)
 
     def _set_state(self, state: WorldState, *, external: bool) -> None:
         changed = state.fingerprint != self._state.fingerprint

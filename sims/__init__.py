@@ -4,10 +4,12 @@ from pathlib import Path
 
 from ._charged import ChargedClock
 from ._fidelity import add_references
+from ._file_schema import spec_file_schema
 from ._grading import Grader, Rule
 from ._levers import LEVERS, fixed_profile, lever_line, lever_runs, without_abstraction
 from ._mcap import McapMapping, McapTrace, load_mapping, record_replay, trace_from_mcap
 from ._mqtt_replay import replay_over_mqtt
+from ._naive_cache import decode_naive, decode_references, naive_prompts
 from ._profiles import PROFILES, measure_profile, profile_figures, resolve_profile
 from ._records import Record, StrategyRun
 from ._replay import STRATEGIES, replay
@@ -21,6 +23,7 @@ from ._scenario import (
     load_scenario,
     load_spec,
 )
+from ._scenario_check import TRACE_HINT, check_scenario
 from ._vloop import VirtualTimeLoop, run_virtual
 from ._waste import (
     WasteReference,
@@ -35,6 +38,7 @@ __all__ = [
     "PROFILES",
     "SCENARIO_KEYS",
     "STRATEGIES",
+    "TRACE_HINT",
     "ChargedClock",
     "Drift",
     "Generate",
@@ -49,6 +53,9 @@ __all__ = [
     "VirtualTimeLoop",
     "WasteReference",
     "add_references",
+    "check_scenario",
+    "decode_naive",
+    "decode_references",
     "event_distribution",
     "fixed_profile",
     "lever_line",
@@ -58,6 +65,7 @@ __all__ = [
     "load_spec",
     "measure_profile",
     "metrics",
+    "naive_prompts",
     "profile_figures",
     "record_replay",
     "reference_waste",
@@ -66,6 +74,7 @@ __all__ = [
     "resolve_profile",
     "run_virtual",
     "shipped_scenarios",
+    "spec_file_schema",
     "state_visits",
     "table",
     "trace_from_mcap",

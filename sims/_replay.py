@@ -46,7 +46,7 @@ from ._scenario import Scenario, TraceEvent
 from ._vloop import VirtualTimeLoop, run_virtual
 from ._waste import waste_figures
 
-__all__ = ["STRATEGIES", "Record", "StrategyRun", "replay"]
+__all__ = ["NAIVE_OPTIONS", "STRATEGIES", "CallMemo", "Record", "StrategyRun", "replay"]
 
 STRATEGIES = ("live-naive", "live", "tree", "hybrid")
 _T = TypeVar("_T")
@@ -61,7 +61,8 @@ CallMemo = dict[tuple[str, str], tuple[Generation, list[Pass]]]
 """(context, event) -> a completed naive call and the shapes of the passes it ran."""
 
 
-_NAIVE = DecodeOptions(form=ActionForm.VERBOSE, reuse_prefix=False, jump_forward=False)
+NAIVE_OPTIONS = DecodeOptions(form=ActionForm.VERBOSE, reuse_prefix=False, jump_forward=False)
+"""How live-naive decodes: verbose, the whole prompt every call, no forced-token jumps."""
 
 
 def _strategy_config(name: str, planner: PlannerConfig) -> AgentConfig:
@@ -99,7 +100,7 @@ class _Strategy:
 
     def backend(self) -> ModelBackend:
         """A fresh backend for this strategy, on this loop's clock."""
-        options = _NAIVE if self.name == "live-naive" else None
+        options = NAIVE_OPTIONS if self.name == "live-naive" else None
         if not isinstance(self.source, TransformersBackend):
             return self.source()
         loop = asyncio.get_running_loop()

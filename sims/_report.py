@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 
 from ._records import StrategyRun
+from ._report_figures import draw_cdf, draw_timeline, report_data, type_table_html
 from ._scenario import Scenario
 
 __all__ = ["metrics", "table", "write_decisions", "write_json", "write_report"]
@@ -192,9 +193,6 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-_TIER_COLORS = {"tree": "#2a9d8f", "score": "#e9c46a", "live": "#f4a261", "default": "#e76f51"}
-
-
 def write_report(directory: Path, scenario: Scenario, runs: Mapping[str, StrategyRun]) -> Path:
     """An HTML page with PNG plots: latency CDFs, the timeline, answers per type."""
     import matplotlib as mpl  # noqa: PLC0415 - optional, only for reports
@@ -203,63 +201,22 @@ def write_report(directory: Path, scenario: Scenario, runs: Mapping[str, Strateg
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     directory.mkdir(parents=True, exist_ok=True)
+    data = report_data(scenario, runs)
     images: dict[str, bytes] = {}
-    for name, draw in (
-        ("latency_cdf.png", _latency_cdf),
-        ("timeline.png", _timeline),
-        ("hit_rate_by_type.png", _by_type),
-    ):
-        fig = draw(plt, runs)
+    draws: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+        ("latency_cdf.png", lambda p: draw_cdf(p, data)),
+        ("timeline.png", lambda p: draw_timeline(p, data)),
+        ("hit_rate_by_type.png", lambda p: _by_type(p, runs)),
+    )
+    for name, draw in draws:
+        fig = draw(plt)
         images[name] = _png(fig)
         plt.close(fig)
     for name, blob in images.items():
         (directory / name).write_bytes(blob)
     index = directory / "index.html"
-    index.write_text(_page(scenario, runs, list(images)), encoding="utf-8")
+    index.write_text(_page(scenario, runs, list(images), type_table_html(data)), encoding="utf-8")
     return index
-
-
-def _latency_cdf(plt: Any, runs: Mapping[str, StrategyRun]) -> Any:
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, run in runs.items():
-        lat = np.sort([r.latency_ms for r in run.records])
-        ax.step(
-            np.maximum(lat, 1e-3), np.arange(1, len(lat) + 1) / len(lat), where="post", label=name
-        )
-    deadlines = sorted({r.deadline_ms for run in runs.values() for r in run.records})
-    for d in deadlines[:3]:
-        ax.axvline(d, color="grey", linestyle="--", linewidth=1)
-    ax.set_xscale("log")
-    ax.set_xlabel("decision latency (ms, log); dashed: deadlines")
-    ax.set_ylabel("fraction of events")
-    ax.set_title("Latency CDF per strategy")
-    ax.legend()
-    return fig
-
-
-def _timeline(plt: Any, runs: Mapping[str, StrategyRun]) -> Any:
-    fig, axes = plt.subplots(
-        len(runs), 1, figsize=(8, 1.2 + 1.1 * len(runs)), sharex=True, squeeze=False
-    )
-    for ax, (name, run) in zip(axes[:, 0], runs.items(), strict=True):
-        for tier, color in _TIER_COLORS.items():
-            xs = [r.at_ms / 1e3 for r in run.records if r.tier == tier and r.met]
-            ax.scatter(xs, [1.0] * len(xs), s=12, color=color, label=tier, marker="|")
-        late = [r.at_ms / 1e3 for r in run.records if not r.met]
-        ax.scatter(late, [0.9] * len(late), s=10, color="black", label="late", marker="x")
-        if run.timeline:
-            t, cov, busy = zip(*run.timeline, strict=True)
-            ax.plot(t, cov, color="black", linewidth=1, label="tree coverage")
-            ax.plot(t, busy, color="purple", linewidth=1, linestyle=":", label="planner busy")
-        ax.set_ylim(-0.05, 1.1)
-        ax.set_ylabel(name)
-    seen: dict[str, Any] = {}
-    for ax in axes[:, 0]:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            seen.setdefault(label, handle)
-    fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=7, fontsize=7)
-    axes[-1, 0].set_xlabel("scenario time (s)")
-    return fig
 
 
 def _by_type(plt: Any, runs: Mapping[str, StrategyRun]) -> Any:
@@ -279,7 +236,9 @@ def _by_type(plt: Any, runs: Mapping[str, StrategyRun]) -> Any:
     return fig
 
 
-def _page(scenario: Scenario, runs: Mapping[str, StrategyRun], images: list[str]) -> str:
+def _page(
+    scenario: Scenario, runs: Mapping[str, StrategyRun], images: list[str], types: str
+) -> str:
     figures = "".join(
         f'<figure><img src="{n}" alt="{n}"><figcaption>{n}</figcaption></figure>' for n in images
     )
@@ -288,8 +247,11 @@ def _page(scenario: Scenario, runs: Mapping[str, StrategyRun], images: list[str]
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>"
         "body{font-family:sans-serif;max-width:900px;margin:2em auto}"
-        "pre{background:#f4f4f4;padding:1em}img{max-width:100%}</style></head><body>"
+        "pre{background:#f4f4f4;padding:1em}img{max-width:100%}"
+        "table.types{border-collapse:collapse;font-size:90%}"
+        "table.types td,table.types th{border:1px solid #ccc;padding:2px 6px}</style>"
+        "</head><body>"
         f"<h1>Forethought replay: {title}</h1>"
-        f"<p>{html.escape(scenario.spec.description)}</p><pre>{summary}</pre>{figures}"
+        f"<p>{html.escape(scenario.spec.description)}</p><pre>{summary}</pre>{types}{figures}"
         "</body></html>"
     )

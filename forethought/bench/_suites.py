@@ -3,7 +3,8 @@
 Suites: ``model`` (the latency law and each optimisation, :mod:`._bench_model`), ``planner``,
 ``executor`` and ``reliability`` (abuse and what must hold under it, :mod:`._reliability`).
 Figures are measured side by side in one run; ``--quick`` trims repetitions and sweep points
-to finish in about a minute on a 2-core CPU (the reliability suite takes longer).
+for a shorter run (minutes on a 2-core CPU; the reliability suite takes longer). On a terminal,
+each wait (loading, warm-up, every section) shows progress.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from forethought._progress import Bars
 from forethought.planner import TransformersBackend
 
 from ._model import BENCH_ACTION, ModelBench
@@ -39,6 +41,40 @@ def run_bench(
 ) -> dict[str, Any]:
     """Run the suite's sections and return (and optionally write) the figures.
 
+    Progress (loading, warm-up, each section) is drawn on standard error when it is a terminal.
+    """
+    with Bars() as bars:
+        return _run_bench(
+            model=model,
+            device=device,
+            dtype=dtype,
+            grammar=grammar,
+            quick=quick,
+            json_path=json_path,
+            suite=suite,
+            say=say,
+            backend_url=backend_url,
+            load_minutes=load_minutes,
+            bars=bars,
+        )
+
+
+def _run_bench(
+    *,
+    model: str,
+    device: str,
+    dtype: str,
+    grammar: str,
+    quick: bool,
+    json_path: Path | None,
+    suite: str,
+    say: Callable[[str], None],
+    backend_url: str | None,
+    load_minutes: float | None,
+    bars: Bars,
+) -> dict[str, Any]:
+    """:func:`run_bench`'s body.
+
     ``suite``: ``model`` (the latency law and the model layer), ``planner``, ``executor``,
     ``reliability``, or ``all`` (the first three). ``backend_url`` (an inference server) runs
     the server suite instead: the law's figures for the server, side by side with the
@@ -49,23 +85,26 @@ def run_bench(
     report: dict[str, Any] = {"model": model, "quick": quick, "suite": suite}
     load: dict[str, Any] = {}
     if not quick:  # a converting load in a fresh cache folder, then the cached one
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, bars.wait("loading the model (converting)"):
             first = TransformersBackend(
                 model=model, device=device, dtype=dtype, cache_dir=Path(tmp)
             )
             load["converting_s"] = first.load(warm_up=False).load_seconds
             del first
     backend = TransformersBackend(model=model, device=device, dtype=dtype, grammar=grammar)
-    loaded = backend.load(warm_up=False)
+    with bars.wait("loading the model"):
+        loaded = backend.load(warm_up=False)
     if loaded.converted or "converting_s" not in load:
         load["converting_s"] = (
             loaded.conversion_seconds if not loaded.converted else loaded.load_seconds
         )
     cached = TransformersBackend(model=model, device=device, dtype=dtype)
-    load["cached_s"] = cached.load(warm_up=False).load_seconds
+    with bars.wait("loading the model again (cached)"):
+        load["cached_s"] = cached.load(warm_up=False).load_seconds
     del cached
     t0 = time.perf_counter()
-    backend.warm_up()
+    with bars.wait("warm-up"):
+        backend.warm_up()
     load["warm_up_s"] = time.perf_counter() - t0
     conv = load.get("converting_s")
     load["cached_over_converting"] = load["cached_s"] / conv if conv else None
@@ -84,7 +123,7 @@ def run_bench(
         suite = "server"
     if suite in ("model", "all"):
         bench = ModelBench(backend, quick, say)
-        for name in (
+        sections = (
             "law",
             "compact_vs_verbose",
             "constrained",
@@ -92,8 +131,11 @@ def run_bench(
             "batching",
             "live_paths",
             "cancellation",
-        ):
+        )
+        advance = bars.bar("model suite (sections)", len(sections))
+        for name in sections:
             report[name] = getattr(bench, name)()
+            advance(1)
         targets |= _targets(report, grammar)
     if suite in ("planner", "all"):
         from ._planner import (  # noqa: PLC0415
@@ -101,7 +143,8 @@ def run_bench(
             run_planner_bench,
         )
 
-        report["planner"] = run_planner_bench(backend, quick=quick, say=say)
+        with bars.wait("planner suite"):
+            report["planner"] = run_planner_bench(backend, quick=quick, say=say)
         targets |= {k: _target(*v) for k, v in planner_targets(report["planner"]).items()}
     if suite in ("executor", "all"):
         from ._executor import (  # noqa: PLC0415
@@ -109,7 +152,8 @@ def run_bench(
             run_executor_bench,
         )
 
-        report["executor"] = run_executor_bench(backend, quick=quick, say=say)
+        with bars.wait("executor suite"):
+            report["executor"] = run_executor_bench(backend, quick=quick, say=say)
         targets |= {k: _target(*v) for k, v in executor_targets(report["executor"]).items()}
     if suite == "reliability":
         from ._reliability import (  # noqa: PLC0415
@@ -117,9 +161,10 @@ def run_bench(
             run_reliability_bench,
         )
 
-        report["reliability"] = run_reliability_bench(
-            backend, quick=quick, say=say, load_minutes=load_minutes
-        )
+        with bars.wait("reliability suite"):
+            report["reliability"] = run_reliability_bench(
+                backend, quick=quick, say=say, load_minutes=load_minutes
+            )
         targets |= {k: _target(*v) for k, v in reliability_targets(report["reliability"]).items()}
     report["latency_profile"] = asdict(backend.latency.profile())
     report["seconds"] = time.perf_counter() - t_start
