@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import sys
@@ -34,7 +35,7 @@ from forethought.runtime import (
 )
 from forethought.sims import load_spec
 
-__all__ = ["run_agent", "send_event", "send_event_zenoh", "settings_with"]
+__all__ = ["log_coverage", "run_agent", "send_event", "send_event_zenoh", "settings_with"]
 
 _C = TypeVar("_C", MqttConfig, ZenohConfig)
 
@@ -162,7 +163,13 @@ async def _serve_agent(agent: Agent, ident: str, where: str, stop: asyncio.Event
             file=sys.stderr,
             flush=True,
         )
-        await agent.serve_until(stop)
+        progress = asyncio.create_task(log_coverage(agent), name="forethought.coverage-log")
+        try:
+            await agent.serve_until(stop)
+        finally:
+            progress.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await progress
         print("forethought: shutting down", file=sys.stderr, flush=True)
     stats = agent.stats()
     print(
@@ -177,6 +184,34 @@ async def _serve_agent(agent: Agent, ident: str, where: str, stop: asyncio.Event
         flush=True,
     )
     return 0
+
+
+async def log_coverage(agent: Agent, *, every_s: float = 2.0) -> None:
+    """Say on stderr, while the planner writes, how much of the next event the tree answers.
+
+    A line when the figure moves (looked at every ``every_s``), and one when the planner has
+    nothing left worth writing: what an operator watches between "ready" and a full tree.
+    Runs until cancelled.
+    """
+    planner = agent.planner
+    if planner is None:
+        return
+    said: tuple[float, bool] | None = None
+    while True:
+        tree = agent.health().tree
+        coverage = tree.coverage or 0.0
+        asleep = planner.sleeping
+        now = (round(coverage, 3), asleep)
+        if now != said:
+            said = now
+            doing = "planner idle, nothing left worth writing" if asleep else "planning"
+            print(
+                f"forethought: {doing}: the tree answers {coverage:.1%} of the next event "
+                f"({tree.nodes} branches)",
+                file=sys.stderr,
+                flush=True,
+            )
+        await asyncio.sleep(every_s)
 
 
 async def send_event(

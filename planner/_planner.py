@@ -227,6 +227,9 @@ class Planner:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._covered = asyncio.Event()
+        # Set whenever coverage may have moved (a branch written, the state changed, the
+        # planner fell asleep): what until_covered waits on instead of polling.
+        self._progress = asyncio.Event()
         self._retry_at: dict[tuple[str, EventKey], tuple[float, int]] = {}
         self._cover_watch: tuple[float, str, list[EventKey]] | None = None
         self._last_event_at: float | None = None
@@ -274,6 +277,7 @@ class Planner:
         if changed:
             self.track_cover()
         self.wake()
+        self._progress.set()
 
     def track_cover(self) -> None:
         """Start timing how long the current state's most likely events take to cover."""
@@ -287,6 +291,19 @@ class Planner:
         """Wait until the tracked state's most likely events are covered; returns seconds."""
         await self._covered.wait()
         return self.stats.cover_times_s[-1]
+
+    async def until_covered(self, min_coverage: float) -> float:
+        """Wait until :meth:`coverage` reaches ``min_coverage``; returns the coverage then.
+
+        Returns early, below the target, when the planner has nothing left worth writing (its
+        floor, ``min_rate``, leaves the rarest keys out): waiting longer would not raise it.
+        """
+        while True:
+            reached = self.coverage()
+            if reached >= min_coverage or self._idle.is_set():
+                return reached
+            self._progress.clear()
+            await self._progress.wait()
 
     def observe(self, key: EventKey | None) -> None:
         """An event was decided: learn from it and re-plan."""
@@ -495,6 +512,7 @@ class Planner:
                 self.sleeping = True
                 self.stats.idle_waits += 1
                 self._idle.set()
+                self._progress.set()
                 await self._wake.wait()
                 self.sleeping = False
                 continue
@@ -637,6 +655,7 @@ class Planner:
         loop.call_later(delay, self.wake)  # the branch becomes a candidate again then
 
     def _check_cover(self) -> None:
+        self._progress.set()
         if self._cover_watch is None:
             return
         started, fp, keys = self._cover_watch
