@@ -79,7 +79,8 @@ class PlannerConfig(BaseModel):
     horizon of 1 and of 16. Where no live tier exists a branch displaces nothing, so this floor
     alone decides how much speculative work is done: raise it to spend less model time, at
     the cost of the rarest keys (0: plan every uncovered key the look-ahead reaches). 3e-3 is
-    a chance of 0.05 within the default 16 events; README: the frontier it was read from."""
+    a chance of 0.05 within the default 16 events; the docs' results: the frontier it was
+    read from."""
     cost_weight: float = Field(default=1.0, ge=0)
     """A branch is planned only when its value exceeds ``cost_weight`` x its cost: the
     live-tier work it displaces (:meth:`Planner.branch_cost`). 0: plan everything above

@@ -212,7 +212,8 @@ class AgentConfig(BaseSettings):
     model_process: bool = False
     """Run the model in a worker process instead of a thread of this one. Measured on our
     2-core CPU with the planner generating, the thread kept the better executor tail
-    (tree-hit p99.9 0.7-1.3 ms vs 1.3-5.6 ms) and equal MQTT round trips: see the README."""
+    (tree-hit p99.9 0.7-1.3 ms vs 1.3-5.6 ms) and equal MQTT round trips: see the docs'
+    design decisions."""
     tree_max_nodes: int = Field(default=10_000, ge=1)
     snapshot: Path | None = None
     snapshot_interval_s: float = Field(default=60.0, ge=0)
