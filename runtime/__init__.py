@@ -7,7 +7,19 @@ from ._config import AgentConfig, MqttConfig, ServerConfig, WatchdogConfig, Zeno
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
-from ._health import HealthConfig, HealthReport, health_report
+from ._health import (
+    BusSection,
+    CountersSection,
+    HealthConfig,
+    HealthReport,
+    LatencySection,
+    ModelSection,
+    PlannerSection,
+    TreeSection,
+    WatchdogSection,
+    WorkerSection,
+    health_report,
+)
 from ._health_server import HealthServer, prometheus_text
 from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
@@ -24,6 +36,8 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "Arrival",
+    "BusSection",
+    "CountersSection",
     "Decision",
     "Event",
     "EventBus",
@@ -35,18 +49,24 @@ __all__ = [
     "HealthReport",
     "HealthServer",
     "InProcessBus",
+    "LatencySection",
     "McapMessage",
     "McapRecorder",
+    "ModelSection",
     "MqttBus",
     "MqttConfig",
     "MqttSecurity",
     "MqttStats",
+    "PlannerSection",
     "ReplyTo",
     "ServerConfig",
     "StallWatchdog",
     "Tier",
+    "TreeSection",
     "WatchdogConfig",
+    "WatchdogSection",
     "WatchdogStats",
+    "WorkerSection",
     "ZenohBus",
     "ZenohConfig",
     "ZenohSecurity",

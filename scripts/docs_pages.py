@@ -181,10 +181,6 @@ def _default(field: Any) -> str:
     return f"`{text}`"
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def _section(model: type[BaseModel], path: str, sections: list[str]) -> None:
     docs = _attribute_docs(model)
     rows: list[list[str]] = []
@@ -195,15 +191,13 @@ def _section(model: type[BaseModel], path: str, sections: list[str]) -> None:
             nested.append((name, sub))
             continue
         doc = docs.get(name) or field.description or ""
-        rows.append(
-            [f"`{name}`", f"`{_escape(_type_name(field.annotation))}`", _default(field), doc]
-        )
+        rows.append([f"`{name}`", f"`{_type_name(field.annotation)}`", _default(field), doc])
     title = f"`[{path}]`" if path else "Top level"
     summary = inspect.cleandoc(model.__doc__ or "").split("\n\n")[0].replace("\n", " ")
     env = f"FORETHOUGHT_{path.upper().replace('.', '__')}__" if path else "FORETHOUGHT_"
     sections += [f"## {title}", "", summary, "", f"Environment: `{env}<FIELD>`.", ""]
-    escaped = [[_escape(c) for c in r] for r in rows]
-    sections += _table(["field", "type", "default", "meaning"], escaped)
+    # Pipes inside code spans (`str | None`) do not split a cell in Python-Markdown's tables.
+    sections += _table(["field", "type", "default", "meaning"], rows)
     for name, sub in nested:
         _section(sub, f"{path}.{name}" if path else name, sections)
 

@@ -15,8 +15,7 @@ import pytest
 from forethought import Agent, AgentConfig, AgentSpec, ConfigError, NotStarted, Tier
 from forethought._commands import log_coverage
 from forethought.planner import PlannerConfig, TransformersBackend
-from forethought.runtime import HealthReport
-from forethought.runtime._health import CountersSection, ModelSection, TreeSection
+from forethought.runtime import CountersSection, HealthReport, ModelSection, TreeSection
 
 pytestmark = pytest.mark.model
 
