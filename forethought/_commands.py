@@ -199,7 +199,7 @@ async def log_coverage(agent: Agent, *, every_s: float = 2.0) -> None:
     said: tuple[float, bool] | None = None
     while True:
         tree = agent.health().tree
-        coverage = tree.coverage or 0.0
+        coverage = tree.answerable or 0.0
         asleep = planner.sleeping
         now = (round(coverage, 3), asleep)
         if now != said:

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -293,15 +293,26 @@ class Planner:
         await self._covered.wait()
         return self.stats.cover_times_s[-1]
 
-    async def until_covered(self, min_coverage: float) -> float:
-        """Wait until :meth:`coverage` reaches ``min_coverage``; returns the coverage then.
+    async def until_covered(
+        self, min_coverage: float, answered: Callable[[EventKey], bool] | None = None
+    ) -> float:
+        """Wait until the next event's mass that ``answered`` covers reaches ``min_coverage``.
 
-        Returns early, below the target, when the planner has nothing left worth writing (its
-        floor, ``min_rate``, leaves the rarest keys out): waiting longer would not raise it.
+        ``answered`` says whether the tree answers a key in the current state (default: its
+        exact branch, as :meth:`coverage`; the agent passes its executor's lookup, which also
+        borrows from neighbours). Returns the share then. Returns early, below the target, when
+        the planner has nothing left worth writing (its floor, ``min_rate``, leaves the rarest
+        keys out): waiting longer would not raise it.
         """
+
+        def exact(key: EventKey) -> bool:
+            return self._tree.lookup(self._state.fingerprint_for(key.type), key) is not None
+
+        covered = answered or exact
         while True:
-            reached = self.coverage()
-            if reached >= min_coverage or self._idle.is_set():
+            reached = self._forecaster.coverage(self._state.fingerprint, covered)
+            # 1e-9: a sum of probabilities that should be 1 can come out a hair below it.
+            if reached >= min_coverage - 1e-9 or self._idle.is_set():
                 return reached
             self._progress.clear()
             await self._progress.wait()

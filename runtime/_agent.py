@@ -310,13 +310,14 @@ class Agent:
         *,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> float:
-        """Wait until the tree answers ``min_coverage`` of the next event; returns the coverage.
+        """Wait until the tree answers ``min_coverage`` of the next event; returns the share.
 
-        Coverage is the probability, in the current state, that the next event has its exact
-        branch in the tree (the forecaster's estimate: the declared weights until events are
-        seen). The wait ends early, below the target, when the planner has nothing left worth
-        writing (its floor, ``planner.min_rate``, leaves the rarest keys out), so compare the
-        value returned.
+        The share is the probability, in the current state, that the tree tier answers the next
+        event (as :meth:`covers` says: its exact branch, or one borrowed from a neighbouring key
+        or state), under the forecaster's estimate (the declared weights until events are
+        seen): the health report's ``tree.answerable``. The wait ends early, below the target,
+        when the planner has nothing left worth writing (its floor, ``planner.min_rate``, leaves
+        the rarest keys out), so compare the value returned.
 
         Args:
             min_coverage: the share to wait for, between 0 and 1.
@@ -330,20 +331,43 @@ class Agent:
         """
         if not 0.0 <= min_coverage <= 1.0:
             raise ConfigError("min_coverage", min_coverage, "give a share between 0 and 1")
-        self._executor()
+        executor = self._executor()
         planner = self.planner
         if planner is None:
             raise ConfigError(
                 "planner.enabled", False, "until_covered waits for the planner: enable it"
             )
+
+        def answered(key: EventKey) -> bool:
+            return (
+                self.config.executor.use_tree and executor.tree_node(self._state, key) is not None
+            )
+
         try:
             async with asyncio.timeout(timeout):
-                return await planner.until_covered(min_coverage)
+                return await planner.until_covered(min_coverage, answered)
         except TimeoutError:
+            reached = self.forecaster.coverage(self._state.fingerprint, answered)
             raise TimeoutError(
-                f"the tree answers {planner.coverage():.1%} of the next event after "
-                f"{timeout} s, short of the {min_coverage:.1%} asked for"
+                f"the tree answers {reached:.1%} of the next event after {timeout} s, "
+                f"short of the {min_coverage:.1%} asked for"
             ) from None
+
+    def answerable(self) -> float | None:
+        """The share of the next event the tree tier answers now (None: no planner).
+
+        The probability, in the current state, that :meth:`covers` holds for the next event:
+        exact branches and borrowed ones. ``stats()["coverage"]`` counts exact branches only.
+        """
+        executor = self.executor
+        if executor is None or self.planner is None:
+            return None
+        if not self.config.executor.use_tree:
+            return 0.0
+        state = self._state
+        return self.forecaster.coverage(
+            state.fingerprint, lambda k: executor.tree_node(state, k) is not None
+        )
 
     def covers(self, event: Event | EventPayload | dict[str, Any]) -> bool:
         """Whether the tree would answer ``event`` now (its exact branch or a borrowed one).
@@ -542,6 +566,7 @@ class Agent:
             },
             "planner": planner.stats.as_dict() if planner else None,
             "coverage": planner.coverage() if planner else None,
+            "answerable": self.answerable(),
             "rejected": self.rejected,
             "state": self._state.fingerprint,
             "models": self.models(),

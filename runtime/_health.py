@@ -92,6 +92,9 @@ class TreeSection(BaseModel):
     coverage: float | None
     """Probability that the next event, in the current state, has its exact branch in the tree
     (None without a planner)."""
+    answerable: float | None
+    """Probability that the tree tier answers the next event: exact branches and those
+    borrowed from a neighbouring key or state (what :meth:`Agent.until_covered` waits for)."""
 
 
 class WorkerSection(BaseModel):
@@ -239,7 +242,9 @@ def health_report(agent: Agent, *, name: str, started_at: float) -> HealthReport
         reasons=reasons,
         uptime_s=round(now - started_at, 3),
         planner=planner,
-        tree=TreeSection(**stats["tree"], coverage=stats["coverage"]),
+        tree=TreeSection(
+            **stats["tree"], coverage=stats["coverage"], answerable=stats["answerable"]
+        ),
         model=model,
         counters=CountersSection(
             decisions=ex.get("decisions", 0),
