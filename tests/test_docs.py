@@ -53,6 +53,15 @@ def test_the_readme_is_short_and_speaks_of_the_project_not_its_history() -> None
     assert not re.findall(r"(?i)\bissue\s*#?\d+|#\d+\b", prose), "an issue reference"
 
 
+def test_the_readme_links_into_the_docs_resolve() -> None:
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [t for t in targets if "://" not in t]
+    assert len(local) >= 15
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing
+
+
 def test_generated_pages_are_current() -> None:
     assert _docs_pages().main(["--check"]) == 0, "run: .venv/bin/python scripts/docs_pages.py"
 
