@@ -4,4 +4,7 @@ import sys
 
 from forethought._cli import main
 
-sys.exit(main())
+# Guarded so that importing the module (the API reference's inspection imports every module)
+# runs nothing.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -37,7 +37,7 @@ from forethought.runtime import (
 )
 from forethought.sims import load_spec
 
-__all__ = ["Refused", "run_agent", "send_event", "send_event_zenoh", "settings_with"]
+__all__ = ["Refused", "log_coverage", "run_agent", "send_event", "send_event_zenoh", "settings_with"]
 
 _C = TypeVar("_C", MqttConfig, ZenohConfig)
 
@@ -201,7 +201,13 @@ async def _serve_agent(
             file=sys.stderr,
             flush=True,
         )
-        await serving
+        progress = asyncio.create_task(log_coverage(agent), name="forethought.coverage-log")
+        try:
+            await serving
+        finally:
+            progress.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await progress
         print("forethought: shutting down", file=sys.stderr, flush=True)
     stats = agent.stats()
     print(
@@ -224,6 +230,34 @@ class Refused(ForethoughtError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"refused: {reason}")
         self.reason = reason
+
+
+async def log_coverage(agent: Agent, *, every_s: float = 2.0) -> None:
+    """Say on stderr, while the planner writes, how much of the next event the tree answers.
+
+    A line when the figure moves (looked at every ``every_s``), and one when the planner has
+    nothing left worth writing: what an operator watches between "ready" and a full tree.
+    Runs until cancelled.
+    """
+    planner = agent.planner
+    if planner is None:
+        return
+    said: tuple[float, bool] | None = None
+    while True:
+        tree = agent.health().tree
+        coverage = tree.answerable or 0.0
+        asleep = planner.sleeping
+        now = (round(coverage, 3), asleep)
+        if now != said:
+            said = now
+            doing = "planner idle, nothing left worth writing" if asleep else "planning"
+            print(
+                f"forethought: {doing}: the tree answers {coverage:.1%} of the next event "
+                f"({tree.nodes} branches)",
+                file=sys.stderr,
+                flush=True,
+            )
+        await asyncio.sleep(every_s)
 
 
 async def send_event(

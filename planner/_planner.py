@@ -19,7 +19,7 @@ import asyncio
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -85,7 +85,8 @@ class PlannerConfig(BaseModel):
     horizon of 1 and of 16. Where no live tier exists a branch displaces nothing, so this floor
     alone decides how much speculative work is done: raise it to spend less model time, at
     the cost of the rarest keys (0: plan every uncovered key the look-ahead reaches). 3e-3 is
-    a chance of 0.05 within the default 16 events; README: the frontier it was read from."""
+    a chance of 0.05 within the default 16 events; the docs' results: the frontier it was
+    read from."""
     cost_weight: float = Field(default=1.0, ge=0)
     """A branch is planned only when its value exceeds ``cost_weight`` x its cost: the
     live-tier work it displaces (:meth:`Planner.branch_cost`). 0: plan everything above
@@ -236,6 +237,9 @@ class Planner:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._covered = asyncio.Event()
+        # Set whenever coverage may have moved (a branch written, the state changed, the
+        # planner fell asleep): what until_covered waits on instead of polling.
+        self._progress = asyncio.Event()
         self._retry_at: dict[tuple[str, EventKey], tuple[float, int]] = {}
         self._cover_watch: tuple[float, str, list[EventKey]] | None = None
         self._last_event_at: float | None = None
@@ -289,6 +293,7 @@ class Planner:
         if changed:
             self.track_cover()
         self.wake()
+        self._progress.set()
 
     def track_cover(self) -> None:
         """Start timing how long the current state's most likely events take to cover."""
@@ -302,6 +307,30 @@ class Planner:
         """Wait until the tracked state's most likely events are covered; returns seconds."""
         await self._covered.wait()
         return self.stats.cover_times_s[-1]
+
+    async def until_covered(
+        self, min_coverage: float, answered: Callable[[EventKey], bool] | None = None
+    ) -> float:
+        """Wait until the next event's mass that ``answered`` covers reaches ``min_coverage``.
+
+        ``answered`` says whether the tree answers a key in the current state (default: its
+        exact branch, as :meth:`coverage`; the agent passes its executor's lookup, which also
+        borrows from neighbours). Returns the share then. Returns early, below the target, when
+        the planner has nothing left worth writing (its floor, ``min_rate``, leaves the rarest
+        keys out): waiting longer would not raise it.
+        """
+
+        def exact(key: EventKey) -> bool:
+            return self._tree.lookup(self._state.fingerprint_for(key.type), key) is not None
+
+        covered = answered or exact
+        while True:
+            reached = self._forecaster.coverage(self._state.fingerprint, covered)
+            # 1e-9: a sum of probabilities that should be 1 can come out a hair below it.
+            if reached >= min_coverage - 1e-9 or self._idle.is_set():
+                return reached
+            self._progress.clear()
+            await self._progress.wait()
 
     def observe(self, key: EventKey | None, *, live: bool | None = None) -> None:
         """An event was decided: learn from it and re-plan.
@@ -548,6 +577,7 @@ class Planner:
                 self.sleeping = True
                 self.stats.idle_waits += 1
                 self._idle.set()
+                self._progress.set()
                 await self._wake.wait()
                 self.sleeping = False
                 continue
@@ -715,6 +745,7 @@ class Planner:
         loop.call_later(delay, self.wake)  # the branch becomes a candidate again then
 
     def _check_cover(self) -> None:
+        self._progress.set()
         if self._cover_watch is None:
             return
         started, fp, keys = self._cover_watch

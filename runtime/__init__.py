@@ -17,7 +17,19 @@ from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
 from ._freshness import EventsConfig, Freshness, FreshnessStats, Verdict
-from ._health import HealthConfig, HealthReport, health_report
+from ._health import (
+    BusSection,
+    CountersSection,
+    HealthConfig,
+    HealthReport,
+    LatencySection,
+    ModelSection,
+    PlannerSection,
+    TreeSection,
+    WatchdogSection,
+    WorkerSection,
+    health_report,
+)
 from ._health_server import HealthServer, prometheus_text
 from ._mqtt import MqttBus, MqttStats, expiry_properties, parse_mqtt_url, payload_bytes
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
@@ -36,6 +48,8 @@ __all__ = [
     "AgentConfig",
     "Arrival",
     "Backlog",
+    "BusSection",
+    "CountersSection",
     "Decision",
     "EngineConfig",
     "Event",
@@ -51,19 +65,25 @@ __all__ = [
     "HealthReport",
     "HealthServer",
     "InProcessBus",
+    "LatencySection",
     "McapMessage",
     "McapRecorder",
+    "ModelSection",
     "MqttBus",
     "MqttConfig",
     "MqttSecurity",
     "MqttStats",
+    "PlannerSection",
     "ReplyTo",
     "ServerConfig",
     "StallWatchdog",
     "Tier",
+    "TreeSection",
     "Verdict",
     "WatchdogConfig",
+    "WatchdogSection",
     "WatchdogStats",
+    "WorkerSection",
     "ZenohBus",
     "ZenohConfig",
     "ZenohSecurity",

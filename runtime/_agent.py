@@ -34,6 +34,7 @@ from forethought.planner import (
 )
 from forethought.policies import (
     AgentSpec,
+    ConfigError,
     EventKey,
     ForethoughtError,
     NotStarted,
@@ -329,6 +330,97 @@ class Agent:
                 )
             started.set()
 
+    # A timeout argument (ASYNC109), as asyncio.wait_for has one: a readiness wait without a
+    # bound is a start-up that can hang, and the message on expiry says how far it got.
+    async def until_covered(
+        self,
+        min_coverage: float = 0.9,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> float:
+        """Wait until the tree answers ``min_coverage`` of the next event; returns the share.
+
+        The share is the probability, in the current state, that the tree tier answers the next
+        event (as :meth:`covers` says: its exact branch, or one borrowed from a neighbouring key
+        or state), under the forecaster's estimate (the declared weights until events are
+        seen): the health report's ``tree.answerable``. The wait ends early, below the target,
+        when the planner has nothing left worth writing (its floor, ``planner.min_rate``, leaves
+        the rarest keys out), so compare the value returned.
+
+        Args:
+            min_coverage: the share to wait for, between 0 and 1.
+            timeout: seconds on the loop's clock (None: no limit).
+
+        Raises:
+            ConfigError: ``min_coverage`` is not a share, or the agent runs no planner.
+            NotStarted: outside ``async with``.
+            TimeoutError: ``timeout`` passed first (the message says the coverage reached).
+
+        """
+        if not 0.0 <= min_coverage <= 1.0:
+            raise ConfigError("min_coverage", min_coverage, "give a share between 0 and 1")
+        executor = self._executor()
+        planner = self.planner
+        if planner is None:
+            raise ConfigError(
+                "planner.enabled", False, "until_covered waits for the planner: enable it"
+            )
+
+        def answered(key: EventKey) -> bool:
+            return (
+                self.config.executor.use_tree and executor.tree_node(self._state, key) is not None
+            )
+
+        try:
+            async with asyncio.timeout(timeout):
+                return await planner.until_covered(min_coverage, answered)
+        except TimeoutError:
+            reached = self.forecaster.coverage(self._state.fingerprint, answered)
+            raise TimeoutError(
+                f"the tree answers {reached:.1%} of the next event after {timeout} s, "
+                f"short of the {min_coverage:.1%} asked for"
+            ) from None
+
+    def answerable(self) -> float | None:
+        """The share of the next event the tree tier answers now (None: no planner).
+
+        The probability, in the current state, that :meth:`covers` holds for the next event:
+        exact branches and borrowed ones. ``stats()["coverage"]`` counts exact branches only.
+        """
+        executor = self.executor
+        if executor is None or self.planner is None:
+            return None
+        if not self.config.executor.use_tree:
+            return 0.0
+        state = self._state
+        return self.forecaster.coverage(
+            state.fingerprint, lambda k: executor.tree_node(state, k) is not None
+        )
+
+    def covers(self, event: Event | EventPayload | dict[str, Any]) -> bool:
+        """Whether the tree would answer ``event`` now (its exact branch or a borrowed one).
+
+        The event is read, not decided: its state patch is applied to a copy of the state,
+        nothing is counted, and the tree's recency is not touched. An event outside the
+        declared space is never covered.
+
+        Raises:
+            InvalidEvent: a malformed payload.
+            InvalidState: a state patch the spec refuses.
+            NotStarted: outside ``async with``.
+
+        """
+        executor = self._executor()
+        if not self.config.executor.use_tree:
+            return False
+        if isinstance(event, dict):
+            event = parse_payload(event, max_bytes=self.config.mqtt.max_payload_bytes)
+        key = self.space.key(event.type, event.params)
+        if key is None:
+            return False
+        state = self._state.patched(event.state) if event.state else self._state
+        return executor.tree_node(state, key) is not None
+
     def health(self) -> HealthReport:
         """How the agent is now: planner health, tree coverage, model latency, counters."""
         if self._started_at is None:
@@ -521,6 +613,7 @@ class Agent:
             },
             "planner": planner.stats.as_dict() if planner else None,
             "coverage": planner.coverage() if planner else None,
+            "answerable": self.answerable(),
             "rejected": self.rejected,
             "state": self._state.fingerprint,
             "models": self.models(),

@@ -244,7 +244,8 @@ class AgentConfig(BaseSettings):
     model_process: bool = False
     """Run the model in a worker process instead of a thread of this one. Measured on our
     2-core CPU with the planner generating, the thread kept the better executor tail
-    (tree-hit p99.9 0.7-1.3 ms vs 1.3-5.6 ms) and equal MQTT round trips: see the README."""
+    (tree-hit p99.9 0.7-1.3 ms vs 1.3-5.6 ms) and equal MQTT round trips: see the docs'
+    design decisions."""
     engine: EngineConfig = Field(default_factory=EngineConfig)
     """Which engine runs a local model (not a server URL): ``engine.kind`` and its shape."""
     tree_max_nodes: int = Field(default=10_000, ge=1)

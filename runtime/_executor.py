@@ -34,6 +34,7 @@ from forethought.policies import (
     EventSpace,
     ForethoughtError,
     InvalidEvent,
+    PolicyNode,
     PolicyTree,
     WorldState,
 )
@@ -345,6 +346,19 @@ class Executor:
 
         No validation here: this is the hot path, and the tree admits valid actions only.
         """
+        found = self.tree_node(state, key)
+        if found is None:
+            return None
+        node, nearest = found
+        self._tree.touch(node)
+        return dict(node.action), nearest  # a copy: the caller may change its decision
+
+    def tree_node(self, state: WorldState, key: EventKey) -> tuple[PolicyNode, str | None] | None:
+        """The node the tree tier would answer ``key`` with in ``state``; None when it has none.
+
+        With the node, what it borrowed across: ``"event"``, ``"state"``, or None for the exact
+        key. Reads only: the node's recency is not touched.
+        """
         fp = state.fingerprint_for(key.type)
         node = self._tree.lookup(fp, key)
         nearest: str | None = None
@@ -362,8 +376,7 @@ class Executor:
                     break
         if node is None:
             return None
-        self._tree.touch(node)
-        return dict(node.action), nearest  # a copy: the caller may change its decision
+        return node, nearest
 
     async def _model_call(
         self,

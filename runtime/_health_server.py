@@ -146,7 +146,7 @@ def prometheus_text(report: HealthReport) -> bytes:
         tiers = CounterMetricFamily(
             "forethought_decisions", "Decisions by tier", labels=["agent", "tier"]
         )
-        for tier, n in sorted(c["tiers"].items()):
+        for tier, n in sorted(c.tiers.items()):
             tiers.add_metric([report.agent, tier], n)
         yield tiers
         for name, key, doc in (
@@ -157,20 +157,20 @@ def prometheus_text(report: HealthReport) -> bytes:
             ("forethought_model_errors", "model_errors", "Failed live-tier model calls"),
         ):
             m = CounterMetricFamily(name, doc, labels=["agent"])
-            m.add_metric(agent, c[key])
+            m.add_metric(agent, getattr(c, key))
             yield m
         yield from _planner_families(report, agent, CounterMetricFamily, GaugeMetricFamily)
         for name, value, doc in (
-            ("forethought_tree_nodes", report.tree["nodes"], "Policy tree nodes"),
-            ("forethought_tree_coverage", report.tree["coverage"], "Next-event mass answered"),
+            ("forethought_tree_nodes", report.tree.nodes, "Policy tree nodes"),
+            ("forethought_tree_coverage", report.tree.coverage, "Next-event mass answered"),
             (
                 "forethought_live_call_p95_seconds",
-                report.model["live_call_p95_ms"] / 1e3,
+                report.model.live_call_p95_ms / 1e3,
                 "Predicted p95 of a live call",
             ),
             (
                 "forethought_decode_step_p95_seconds",
-                report.model["step_p95_ms"] / 1e3,
+                report.model.step_p95_ms / 1e3,
                 "Predicted p95 of one decode step",
             ),
         ):
@@ -178,15 +178,16 @@ def prometheus_text(report: HealthReport) -> bytes:
                 g = GaugeMetricFamily(name, doc, labels=["agent"])
                 g.add_metric(agent, float(value))
                 yield g
-        lat = c.get("latency_ms") or {}
+        lat = c.latency_ms
         q = GaugeMetricFamily(
             "forethought_decision_latency_seconds",
             "Decision latency quantiles (recent decisions)",
             labels=["agent", "quantile"],
         )
-        for label, key in (("0.5", "p50"), ("0.99", "p99"), ("0.999", "p999")):
-            if lat.get(key) is not None:
-                q.add_metric([report.agent, label], lat[key] / 1e3)
+        if lat is not None:
+            for label, ms in (("0.5", lat.p50), ("0.99", lat.p99), ("0.999", lat.p999)):
+                if ms is not None:
+                    q.add_metric([report.agent, label], ms / 1e3)
         yield q
 
     class _Collector:
@@ -205,11 +206,11 @@ def _planner_families(
     if p is None:
         return
     fails = counter("forethought_planner_failures", "Failed planner rounds", labels=["agent"])
-    fails.add_metric(agent, p["failures"])
+    fails.add_metric(agent, p.failures)
     yield fails
     made = counter("forethought_planner_branches", "Branches written", labels=["agent"])
-    made.add_metric(agent, p["branches"])
+    made.add_metric(agent, p.branches)
     yield made
     off = gauge("forethought_planner_backing_off", "1 while backing off", labels=["agent"])
-    off.add_metric(agent, 1.0 if p["status"] == "backing_off" else 0.0)
+    off.add_metric(agent, 1.0 if p.status == "backing_off" else 0.0)
     yield off
