@@ -140,8 +140,8 @@ async def test_a_restart_backlog_is_refused_as_expired_and_never_acted_on(
             assert topics.errors[ident].startswith("no age: "), topics.errors[ident]
         assert topics.actions["fresh"]["met"] is True
         assert topics.actions["fresh"]["late"] is None
-        assert report.counters["age"]["expired"] == len(stamped)
-        assert report.counters["age"]["no_age"] == len(ageless)
+        assert report.counters.age.expired == len(stamped)
+        assert report.counters.age.no_age == len(ageless)
 
 
 async def test_a_latest_only_backlog_decides_the_newest_and_counts_the_rest(
@@ -169,7 +169,7 @@ async def test_a_latest_only_backlog_decides_the_newest_and_counts_the_rest(
     assert list(topics.actions) == ["pose5"]
     assert sorted(topics.errors) == [f"pose{x}" for x in range(5)]
     assert all(e.startswith("superseded: a newer 'pose' event") for e in topics.errors.values())
-    assert report.counters["age"]["superseded"] == 5
+    assert report.counters.age.superseded == 5
 
 
 async def test_unknown_types_and_out_of_space_parameters_are_warned_about(
