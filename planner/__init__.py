@@ -14,6 +14,7 @@ from ._cover import BorrowAgreement, cover
 from ._decode_run import DecodeResult, RowResult, ScoreResult
 from ._decoding import Decoder
 from ._drift import StateDrift
+from ._fleet_link import FleetLink
 from ._forecaster import Forecaster
 from ._gate import ModelGate
 from ._grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
@@ -47,6 +48,7 @@ __all__ = [
     "DecodeResult",
     "Decoder",
     "Expected",
+    "FleetLink",
     "Forecaster",
     "Generation",
     "GenerationStatus",

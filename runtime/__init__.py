@@ -7,6 +7,10 @@ from ._config import AgentConfig, MqttConfig, ServerConfig, WatchdogConfig, Zeno
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
+from ._fleet_config import FleetConfig, FleetNames, fleet_permissions, parse_fleet_urls
+from ._fleet_record import BranchRecord, branch_key, decode_key, prompt_hash
+from ._fleet_tree import FleetStats, FleetTree
+from ._fleet_worker import FleetWorker, WorkerStats, ensure_fleet
 from ._health import HealthConfig, HealthReport, health_report
 from ._health_server import HealthServer, prometheus_text
 from ._mqtt import MqttBus, MqttStats, parse_mqtt_url, payload_bytes
@@ -24,6 +28,7 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "Arrival",
+    "BranchRecord",
     "Decision",
     "Event",
     "EventBus",
@@ -31,6 +36,11 @@ __all__ = [
     "Executor",
     "ExecutorConfig",
     "ExecutorStats",
+    "FleetConfig",
+    "FleetNames",
+    "FleetStats",
+    "FleetTree",
+    "FleetWorker",
     "HealthConfig",
     "HealthReport",
     "HealthServer",
@@ -47,16 +57,23 @@ __all__ = [
     "Tier",
     "WatchdogConfig",
     "WatchdogStats",
+    "WorkerStats",
     "ZenohBus",
     "ZenohConfig",
     "ZenohSecurity",
     "ZenohStats",
+    "branch_key",
+    "decode_key",
+    "ensure_fleet",
+    "fleet_permissions",
     "health_report",
     "parse_broker_url",
+    "parse_fleet_urls",
     "parse_mqtt_url",
     "parse_payload",
     "payload_bytes",
     "prometheus_text",
+    "prompt_hash",
     "read_mcap_json",
     "refusal",
     "serve",

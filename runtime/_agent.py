@@ -46,6 +46,8 @@ from ._config import AgentConfig
 from ._decision import Decision
 from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
+from ._fleet_record import prompt_hash
+from ._fleet_tree import FleetTree
 from ._health import HealthReport, health_report
 from ._health_server import HealthServer
 from ._recorder import McapRecorder
@@ -107,6 +109,8 @@ class Agent:
         )
         self.forecaster = Forecaster(self.space)
         self.planner: Planner | None = None
+        self.fleet: FleetTree | None = None
+        """The fleet's shared tree, watched into :attr:`tree` (with ``config.fleet.url``)."""
         self.executor: Executor | None = None
         self.ready = asyncio.Event()
         self.rejected = 0
@@ -212,6 +216,15 @@ class Agent:
                 config=self.config.executor,
                 watchdog=self.watchdog,
             )
+            if cfg.fleet.url is not None:
+                self.fleet = await stack.enter_async_context(
+                    FleetTree(
+                        config=cfg.fleet,
+                        tree=self.tree,
+                        prompt=prompt_hash(self.spec.description, self.schema.fingerprint),
+                    )
+                )
+                self.fleet.publish_state(self._state)
             if self.config.planner.enabled:
                 live = self.config.executor.use_live or self.config.executor.use_score
                 self.planner = Planner(
@@ -228,7 +241,10 @@ class Agent:
                     live_tiers=live and planner_backend is backend,
                     near_states=self.config.executor.near_states,
                     candidates=self.executor.candidates,
+                    fleet=self.fleet,
                 )
+                if self.fleet is not None:
+                    self.fleet.on_change = self.planner.wake
             if self.bus is not None:
                 await stack.enter_async_context(self.bus)
             hc = cfg.health
@@ -443,6 +459,8 @@ class Agent:
 
     def _after(self, decision: Decision) -> None:
         key: EventKey | None = decision.key
+        if self.fleet is not None:
+            self.fleet.publish_event(key, self._state.fingerprint)
         if self.planner is not None:
             self.planner.observe(key)
         if key is not None:
@@ -457,6 +475,8 @@ class Agent:
     def _set_state(self, state: WorldState, *, external: bool) -> None:
         changed = state.fingerprint != self._state.fingerprint
         self._state = state
+        if self.fleet is not None and changed:
+            self.fleet.publish_state(state)
         if self.recorder is not None and changed:
             self.recorder.write("/forethought/state", state.data)
         if self.planner is not None:

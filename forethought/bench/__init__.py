@@ -7,6 +7,7 @@ over a real Mosquitto). Figures are ratios measured side by side in one run.
 
 from ._broker import MosquittoBroker, free_port, mosquitto_path
 from ._llama_server import LLAMA_CPP_VERSION, LlamaServer, build_llama_server, llama_server_path
+from ._nats import NatsCluster, NatsUser, nats_server_path
 from ._suites import BENCH_ACTION, run_bench
 
 __all__ = [
@@ -14,9 +15,12 @@ __all__ = [
     "LLAMA_CPP_VERSION",
     "LlamaServer",
     "MosquittoBroker",
+    "NatsCluster",
+    "NatsUser",
     "build_llama_server",
     "free_port",
     "llama_server_path",
     "mosquitto_path",
+    "nats_server_path",
     "run_bench",
 ]
