@@ -146,6 +146,8 @@ class FleetWorker:
         self._robots: dict[str, WorldState] = {}
         self._elsewhere: dict[str, float] = {}
         self._writes: deque[BranchRecord] = deque()
+        self.wrote: list[str] = []
+        """The bucket keys this worker wrote, as the cluster acknowledged them."""
         self._wake_writer = asyncio.Event()
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -167,6 +169,11 @@ class FleetWorker:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()
+
+    @property
+    def pending_writes(self) -> int:
+        """Branches written by the planner and not yet in the bucket."""
+        return len(self._writes)
 
     # -- FleetLink ----------------------------------------------------------------------------
 
@@ -245,6 +252,7 @@ class FleetWorker:
         except nats.js.errors.KeyWrongLastSequenceError:
             self.stats.already_written += 1
             return False
+        self.wrote.append(record.key)
         return True
 
     # -- demand -------------------------------------------------------------------------------
