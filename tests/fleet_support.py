@@ -83,7 +83,9 @@ async def agents(
                 ),
                 planner=PlannerConfig(enabled=plan, horizon=2, max_new_tokens=12),
             )
-            out.append(await stack.enter_async_context(Agent(spec(), backend=backend, config=config)))
+            out.append(
+                await stack.enter_async_context(Agent(spec(), backend=backend, config=config))
+            )
         yield out
 
 

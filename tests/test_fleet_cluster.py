@@ -10,8 +10,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
 from fleet_support import EVENTS, agents, bucket, settled, tiny, wait_for, worker
+
 from forethought.bench import NatsCluster
 from forethought.planner import ScriptedBackend
 from forethought.runtime import Agent, FleetConfig, Tier, decode_key
