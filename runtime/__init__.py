@@ -2,6 +2,7 @@
 
 from ._acted_ids import ActedIds, ActedIdsStats
 from ._agent import Agent
+from ._backend_choice import backend_for
 from ._bus import EventBus, InProcessBus
 from ._config import AgentConfig, MqttConfig, ServerConfig, WatchdogConfig, ZenohConfig
 from ._decision import Decision, Tier
@@ -62,6 +63,7 @@ __all__ = [
     "ZenohConfig",
     "ZenohSecurity",
     "ZenohStats",
+    "backend_for",
     "branch_key",
     "decode_key",
     "ensure_fleet",

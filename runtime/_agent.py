@@ -25,10 +25,6 @@ from forethought.planner import (
     ModelBackend,
     ModelGate,
     Planner,
-    ProcessBackend,
-    ServerBackend,
-    TransformersBackend,
-    is_server_url,
 )
 from forethought.policies import (
     AgentSpec,
@@ -41,6 +37,7 @@ from forethought.policies import (
     WorldState,
 )
 
+from ._backend_choice import backend_for
 from ._bus import EventBus
 from ._config import AgentConfig
 from ._decision import Decision
@@ -162,17 +159,7 @@ class Agent:
         return self._planner_backend or self.backend
 
     def _make_backend(self, model: str) -> ModelBackend:
-        cfg = self.config
-        if is_server_url(model):
-            return ServerBackend(
-                url=model,
-                api_key=cfg.server.key(),
-                ca_file=cfg.server.ca_file,
-                timeout_s=cfg.server.timeout_s,
-                poll_s=cfg.server.poll_s,
-            )
-        kind = ProcessBackend if cfg.model_process else TransformersBackend
-        return kind(model=model, device=cfg.device, dtype=cfg.dtype, grammar=cfg.grammar)
+        return backend_for(model, self.config)
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from ._charged import ChargedClock
 from ._fidelity import add_references
+from ._fleet_replay import FleetRun, RobotRun, fleet_replay
 from ._grading import Grader, Rule
 from ._levers import LEVERS, fixed_profile, lever_line, lever_runs, without_abstraction
 from ._mcap import McapMapping, McapTrace, load_mapping, record_replay, trace_from_mcap
@@ -30,11 +31,13 @@ __all__ = [
     "STRATEGIES",
     "ChargedClock",
     "Drift",
+    "FleetRun",
     "Generate",
     "Grader",
     "McapMapping",
     "McapTrace",
     "Record",
+    "RobotRun",
     "Rule",
     "Scenario",
     "StrategyRun",
@@ -42,6 +45,7 @@ __all__ = [
     "VirtualTimeLoop",
     "add_references",
     "fixed_profile",
+    "fleet_replay",
     "lever_line",
     "lever_runs",
     "load_mapping",
