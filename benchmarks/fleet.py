@@ -177,7 +177,11 @@ def machine() -> str:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+    load = os.getloadavg()[0]
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+        f"load average {load:.1f} at the start (a shared machine)"
+    )
 
 
 def markdown(data: dict) -> str:
