@@ -235,7 +235,14 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=10.0)
     parser.add_argument("--phase-s", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
+    parser.add_argument(
+        "--render", action="store_true", help="only write fleet.md from the existing fleet.json"
+    )
     args = parser.parse_args()
+    if args.render:
+        data = json.loads((args.out / "fleet.json").read_text())
+        (args.out / "fleet.md").write_text(markdown(data))
+        return
     with NatsCluster(size=3) as cluster:
         prop = asyncio.run(propagation(cluster, args.rounds, args.per_round, args.gap_ms / 1e3))
         hits = asyncio.run(hits_through_kill(cluster, args.phase_s))
