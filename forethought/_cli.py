@@ -77,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_send(sub)
     _add_check(sub)
+    _add_plan(sub)
     sim = sub.add_parser(
         "sim", help="replay a scenario: live-naive, live, tree, hybrid side by side, with reports"
     )
@@ -153,6 +154,12 @@ def _parser() -> argparse.ArgumentParser:
         help="with --clock real: send the events to a running agent over MQTT",
     )
     sim.add_argument("--agent-id", default="agent", help="the running agent's id (--mqtt)")
+    sim.add_argument(
+        "--fleet",
+        default=None,
+        metavar="N[,N...]",
+        help="replay fleets of N robots (N seeds of the trace) sharing one planner, e.g. 1,4,16",
+    )
     return parser
 
 
@@ -200,6 +207,47 @@ def _add_run(sub: Any) -> None:
         help="also serve /metrics in the Prometheus text format (needs prometheus-client)",
     )
     _tls_flags(run)
+    _fleet_flags(run)
+
+
+def _fleet_flags(p: argparse.ArgumentParser) -> None:
+    """Fleet flags; the password comes only from FORETHOUGHT_FLEET__PASSWORD or a file."""
+    p.add_argument(
+        "--fleet",
+        default=None,
+        metavar="URL",
+        help="share a policy tree over NATS JetStream: nats://host:port (comma-separated)",
+    )
+    p.add_argument("--fleet-name", default=None, help="the fleet (its bucket: ft-NAME-tree)")
+    p.add_argument("--fleet-ca", type=Path, default=None, help="CA file of the servers' certs")
+    p.add_argument(
+        "--fleet-user",
+        default=None,
+        help="NATS user; the password: FORETHOUGHT_FLEET__PASSWORD or fleet.password_file",
+    )
+
+
+def _fleet(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--fleet*`` flags as fleet config fields."""
+    return {
+        "url": args.fleet,
+        "name": args.fleet_name,
+        "ca_file": args.fleet_ca,
+        "user": args.fleet_user,
+    }
+
+
+def _add_plan(sub: Any) -> None:
+    """``forethought plan``'s flags."""
+    plan = sub.add_parser("plan", help="plan for a fleet's shared tree (a planner worker)")
+    plan.add_argument("spec", type=Path, help="the fleet's agent spec (YAML or JSON)")
+    plan.add_argument("--model", default=None, help="alias, dir, .gguf or inference-server URL")
+    plan.add_argument("--config", type=Path, default=None, help="TOML configuration file")
+    plan.add_argument("--worker-id", default="worker", help="this worker's name in claims")
+    plan.add_argument(
+        "--replicas", type=int, default=None, help="copies of the tree the cluster keeps (1-5)"
+    )
+    _fleet_flags(plan)
 
 
 def _add_check(sub: Any) -> None:
@@ -332,6 +380,20 @@ def _sim(args: argparse.Namespace) -> None:
             json_path=args.json,
             strategy=args.strategy,
         )
+    elif args.fleet is not None:
+        from forethought._fleet_sim import fleet_sizes, run_fleet_sim  # noqa: PLC0415
+
+        if args.scenario is None:
+            raise ConfigError("scenario", None, "give a scenario file with --fleet")
+        run_fleet_sim(
+            scenario_path=args.scenario,
+            sizes=fleet_sizes(args.fleet),
+            profile=args.profile,
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            json_path=args.json,
+        )
     elif args.profile is not None and "," in args.profile:
         from forethought._side_by_side import run_profiles  # noqa: PLC0415 - loads torch
         from forethought._sim import strategy_names  # noqa: PLC0415
@@ -429,6 +491,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record=args.record,
                     health_port=args.health_port,
                     metrics=args.metrics,
+                    fleet=_fleet(args),
+                )
+            )
+        elif args.command == "plan":
+            from forethought._plan_command import run_worker  # noqa: PLC0415
+
+            return asyncio.run(
+                run_worker(
+                    args.spec,
+                    fleet={**_fleet(args), "replicas": args.replicas},
+                    model=args.model,
+                    config=args.config,
+                    worker_id=args.worker_id,
                 )
             )
         elif args.command == "send":

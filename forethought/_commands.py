@@ -37,7 +37,14 @@ from forethought.runtime import (
 )
 from forethought.sims import load_spec
 
-__all__ = ["Refused", "log_coverage", "run_agent", "send_event", "send_event_zenoh", "settings_with"]
+__all__ = [
+    "Refused",
+    "log_coverage",
+    "run_agent",
+    "send_event",
+    "send_event_zenoh",
+    "settings_with",
+]
 
 _C = TypeVar("_C", MqttConfig, ZenohConfig)
 
@@ -113,6 +120,7 @@ async def run_agent(
     record: Path | None = None,
     health_port: int | None = None,
     metrics: bool = False,
+    fleet: dict[str, Any] | None = None,
 ) -> int:
     """Run an agent on a broker or a Zenoh network until SIGINT or SIGTERM; shut down cleanly.
 
@@ -131,6 +139,14 @@ async def run_agent(
         if cfg.health.port is None and "port" not in update:
             raise ConfigError("--metrics", True, "needs --health-port (or health.port)")
         cfg = cfg.model_copy(update={"health": cfg.health.model_copy(update=update)})
+    given_fleet = {k: v for k, v in (fleet or {}).items() if v is not None}
+    if given_fleet:
+        fleet_cfg = cfg.fleet.model_copy(update=given_fleet)
+        if "robot" not in given_fleet and agent_id is not None:
+            fleet_cfg = fleet_cfg.model_copy(update={"robot": agent_id})
+        cfg = cfg.model_copy(
+            update={"fleet": type(fleet_cfg).model_validate(fleet_cfg.model_dump())}
+        )
     bus, where, ident = _bus(
         cfg,
         mqtt=mqtt,

@@ -16,6 +16,7 @@ from ._decode_run import DecodeResult, RowResult, ScoreResult
 from ._decoding import Decoder
 from ._drift import StateDrift
 from ._engine import ENGINE_KINDS, EngineChoice, EngineKind, choose_engine
+from ._fleet_link import FleetLink
 from ._forecaster import Forecaster
 from ._gate import ModelGate
 from ._grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
@@ -65,6 +66,7 @@ __all__ = [
     "EngineChoice",
     "EngineKind",
     "Expected",
+    "FleetLink",
     "Forecaster",
     "Generation",
     "GenerationStatus",

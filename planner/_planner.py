@@ -40,6 +40,7 @@ from ._backend import GenerationStatus, ModelBackend
 from ._budget import BudgetBucket, PlannerBudget
 from ._cover import BorrowAgreement, cover
 from ._drift import StateDrift
+from ._fleet_link import FleetLink
 from ._forecaster import Forecaster
 from ._gate import ModelGate
 from ._health import PlannerHealth
@@ -192,6 +193,8 @@ class Planner:
             branch is not planned where a neighbour's would answer it).
         candidates: the enumerable actions (the executor's score tier's), for scoring-based
             planning.
+        fleet: the fleet this planner shares its tree with (None: it plans alone): the states
+            it plans for, the branches it may write, and where written ones go.
 
     """
 
@@ -211,8 +214,10 @@ class Planner:
         live_tiers: bool = True,
         near_states: bool = True,
         candidates: Sequence[BaseModel] | None = None,
+        fleet: FleetLink | None = None,
     ) -> None:
         self._backend = backend
+        self._fleet = fleet
         self._live_tiers = live_tiers
         self._near_states = near_states
         self._gate = gate
@@ -493,22 +498,29 @@ class Planner:
         cost = self._cost(success, seconds)
         found: dict[tuple[str, EventKey], Expected] = {}
         need: dict[tuple[str, EventKey], float] = {}
-        for e in look_ahead(
-            self._state,
-            forecaster=self._forecaster,
-            space=self._space,
-            drift=self._drift,
-            horizon=cfg.horizon,
-            pace=self._pace(way, seconds),
-        ):
-            left = self._unanswered(e.state, e.fingerprint, e.key)
-            if left == 0.0:
-                continue
-            retry = self._retry_at.get((e.fingerprint, e.key))
-            if retry is not None and retry[0] > now:
-                continue
-            found[e.fingerprint, e.key] = e
-            need[e.fingerprint, e.key] = e.uses * left
+        fleet = self._fleet
+        origins = fleet.origins(self._state) if fleet is not None else ((self._state, 1.0),)
+        for origin, robots in origins:
+            for e in look_ahead(
+                origin,
+                forecaster=self._forecaster,
+                space=self._space,
+                drift=self._drift,
+                horizon=cfg.horizon,
+                pace=self._pace(way, seconds),
+            ):
+                left = self._unanswered(e.state, e.fingerprint, e.key)
+                if left == 0.0:
+                    continue
+                if fleet is not None and fleet.taken(e.fingerprint, e.key):
+                    continue
+                retry = self._retry_at.get((e.fingerprint, e.key))
+                if retry is not None and retry[0] > now:
+                    continue
+                found.setdefault((e.fingerprint, e.key), e)
+                # Expected uses add up over the robots that may need the branch.
+                ident = (e.fingerprint, e.key)
+                need[ident] = need.get(ident, 0.0) + robots * e.uses * left
         out: list[Branch] = []
         for ident, uses in cover(need, self._space, self._agreement):
             e = found[ident]
@@ -623,6 +635,10 @@ class Planner:
 
     async def _run_batch(self, batch: list[Branch]) -> tuple[str, str] | None:
         """Write one batch; returns (kind, detail) when it wrote nothing usable."""
+        if self._fleet is not None:
+            batch = await self._fleet.claim(batch)  # others' branches are theirs to write
+            if not batch:
+                return None
         if self.method() == "score":
             return await self._score_batch(batch)
         cfg = self._config
@@ -708,7 +724,7 @@ class Planner:
         """Put a written branch in the tree; False when the validator of record refuses it."""
         readable = self._schema.readable(action)
         try:
-            self._tree.insert(
+            node = self._tree.insert(
                 PolicyNode(
                     fingerprint=branch.fingerprint,
                     key=branch.key,
@@ -727,6 +743,8 @@ class Planner:
             self._backoff(branch)
             log.warning("planner output refused: %s", exc)
             return False
+        if self._fleet is not None:
+            self._fleet.written(node)
         self._agreement.observe(self._tree, self._space, branch.fingerprint, branch.key, readable)
         self._retry_at.pop((branch.fingerprint, branch.key), None)
         self.stats.branches += 1

@@ -3,6 +3,7 @@
 from ._acted_ids import ActedIds, ActedIdsStats
 from ._age import AgeSource, expiry_interval_s, stamp_event
 from ._agent import Agent
+from ._backend_choice import backend_for
 from ._backlog import Backlog
 from ._bus import EventBus, InProcessBus
 from ._config import (
@@ -16,6 +17,10 @@ from ._config import (
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
 from ._executor import Executor, ExecutorConfig, ExecutorStats
+from ._fleet_config import FleetConfig, FleetNames, fleet_permissions, parse_fleet_urls
+from ._fleet_record import BranchRecord, branch_key, decode_key, prompt_hash
+from ._fleet_tree import FleetStats, FleetTree
+from ._fleet_worker import FleetWorker, WorkerStats, ensure_fleet
 from ._freshness import EventsConfig, Freshness, FreshnessStats, Verdict
 from ._health import (
     BusSection,
@@ -48,6 +53,7 @@ __all__ = [
     "AgentConfig",
     "Arrival",
     "Backlog",
+    "BranchRecord",
     "BusSection",
     "CountersSection",
     "Decision",
@@ -59,6 +65,11 @@ __all__ = [
     "Executor",
     "ExecutorConfig",
     "ExecutorStats",
+    "FleetConfig",
+    "FleetNames",
+    "FleetStats",
+    "FleetTree",
+    "FleetWorker",
     "Freshness",
     "FreshnessStats",
     "HealthConfig",
@@ -84,18 +95,26 @@ __all__ = [
     "WatchdogSection",
     "WatchdogStats",
     "WorkerSection",
+    "WorkerStats",
     "ZenohBus",
     "ZenohConfig",
     "ZenohSecurity",
     "ZenohStats",
+    "backend_for",
+    "branch_key",
+    "decode_key",
+    "ensure_fleet",
     "expiry_interval_s",
     "expiry_properties",
+    "fleet_permissions",
     "health_report",
     "parse_broker_url",
+    "parse_fleet_urls",
     "parse_mqtt_url",
     "parse_payload",
     "payload_bytes",
     "prometheus_text",
+    "prompt_hash",
     "read_mcap_json",
     "refusal",
     "serve",

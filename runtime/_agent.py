@@ -22,15 +22,9 @@ from typing import Any, Self
 
 from forethought.planner import (
     Forecaster,
-    ManagedServerBackend,
     ModelBackend,
     ModelGate,
     Planner,
-    ProcessBackend,
-    ServerBackend,
-    TransformersBackend,
-    choose_engine,
-    is_server_url,
 )
 from forethought.policies import (
     AgentSpec,
@@ -45,11 +39,14 @@ from forethought.policies import (
     WorldState,
 )
 
+from ._backend_choice import backend_for
 from ._bus import EventBus
 from ._config import AgentConfig
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
+from ._fleet_record import prompt_hash
+from ._fleet_tree import FleetTree
 from ._freshness import Freshness
 from ._health import HealthReport, health_report
 from ._health_server import HealthServer
@@ -114,6 +111,8 @@ class Agent:
         )
         self.forecaster = Forecaster(self.space)
         self.planner: Planner | None = None
+        self.fleet: FleetTree | None = None
+        """The fleet's shared tree, watched into :attr:`tree` (with ``config.fleet.url``)."""
         self.executor: Executor | None = None
         self.ready = asyncio.Event()
         self.rejected = 0
@@ -172,32 +171,13 @@ class Agent:
         return self._planner_backend or self.backend
 
     def _make_backend(self, model: str) -> ModelBackend:
-        cfg = self.config
-        if is_server_url(model):
-            return ServerBackend(
-                url=model,
-                api_key=cfg.server.key(),
-                ca_file=cfg.server.ca_file,
-                timeout_s=cfg.server.timeout_s,
-                poll_s=cfg.server.poll_s,
-            )
-        engine = cfg.engine
-        choice = choose_engine(model, engine.kind, cfg.device)
-        if choice.notice is not None and choice.notice not in self._notices:
-            self._notices.add(choice.notice)  # said once, though two roles may ask
-            log.warning("%s", choice.notice)
-        self.engines[model] = choice.kind
-        if choice.kind == "llama-server":
-            return ManagedServerBackend(
-                model=model,
-                slots=engine.slots,
-                context=engine.context,
-                threads=engine.threads,
-                timeout_s=cfg.server.timeout_s,
-                poll_s=cfg.server.poll_s,
-            )
-        kind = ProcessBackend if cfg.model_process else TransformersBackend
-        return kind(model=model, device=cfg.device, dtype=cfg.dtype, grammar=cfg.grammar)
+        backend, choice = backend_for(model, self.config)
+        if choice is not None:
+            if choice.notice is not None and choice.notice not in self._notices:
+                self._notices.add(choice.notice)  # said once, though two roles may ask
+                log.warning("%s", choice.notice)
+            self.engines[model] = choice.kind
+        return backend
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -241,6 +221,15 @@ class Agent:
                 config=self.config.executor,
                 watchdog=self.watchdog,
             )
+            if cfg.fleet.url is not None:
+                self.fleet = await stack.enter_async_context(
+                    FleetTree(
+                        config=cfg.fleet,
+                        tree=self.tree,
+                        prompt=prompt_hash(self.spec.description, self.schema.fingerprint),
+                    )
+                )
+                self.fleet.publish_state(self._state)
             if self.config.planner.enabled:
                 live = self.config.executor.use_live or self.config.executor.use_score
                 self.planner = Planner(
@@ -257,7 +246,10 @@ class Agent:
                     live_tiers=live and planner_backend is backend,
                     near_states=self.config.executor.near_states,
                     candidates=self.executor.candidates,
+                    fleet=self.fleet,
                 )
+                if self.fleet is not None:
+                    self.fleet.on_change = self.planner.wake
             if self.bus is not None:
                 await stack.enter_async_context(self.bus)
             hc = cfg.health
@@ -563,6 +555,8 @@ class Agent:
 
     def _after(self, decision: Decision) -> None:
         key: EventKey | None = decision.key
+        if self.fleet is not None:
+            self.fleet.publish_event(key, self._state.fingerprint)
         if self.planner is not None:
             # What the live tiers did with an event the tree missed: the planner's cost rule
             # yields idle time to them only for types they are seen to answer.
@@ -596,6 +590,8 @@ class Agent:
     def _set_state(self, state: WorldState, *, external: bool) -> None:
         changed = state.fingerprint != self._state.fingerprint
         self._state = state
+        if self.fleet is not None and changed:
+            self.fleet.publish_state(state)
         if self.recorder is not None and changed:
             self.recorder.write("/forethought/state", state.data)
         if self.planner is not None:

@@ -22,6 +22,7 @@ from forethought.planner import DEFAULT_MODEL, PlannerConfig
 from forethought.policies import ConfigError, first_problem
 
 from ._executor import ExecutorConfig
+from ._fleet_config import FleetConfig
 from ._freshness import EventsConfig
 from ._health import HealthConfig
 from ._mqtt_security import MqttSecurity
@@ -262,6 +263,8 @@ class AgentConfig(BaseSettings):
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     mqtt: MqttConfig = Field(default_factory=MqttConfig)
     zenoh: ZenohConfig = Field(default_factory=ZenohConfig)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
+    """The fleet whose shared tree this agent reads (``fleet.url`` None: it plans alone)."""
     server: ServerConfig = Field(default_factory=ServerConfig)
     watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)

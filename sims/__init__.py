@@ -5,6 +5,7 @@ from pathlib import Path
 from ._charged import ChargedClock
 from ._fidelity import add_references
 from ._file_schema import spec_file_schema
+from ._fleet_replay import FleetRun, RobotRun, fleet_replay
 from ._grading import Grader, Rule
 from ._levers import LEVERS, fixed_profile, lever_line, lever_runs, without_abstraction
 from ._mcap import McapMapping, McapTrace, load_mapping, record_replay, trace_from_mcap
@@ -41,11 +42,13 @@ __all__ = [
     "TRACE_HINT",
     "ChargedClock",
     "Drift",
+    "FleetRun",
     "Generate",
     "Grader",
     "McapMapping",
     "McapTrace",
     "Record",
+    "RobotRun",
     "Rule",
     "Scenario",
     "StrategyRun",
@@ -58,6 +61,7 @@ __all__ = [
     "decode_references",
     "event_distribution",
     "fixed_profile",
+    "fleet_replay",
     "lever_line",
     "lever_runs",
     "load_mapping",

@@ -8,6 +8,7 @@ over a real Mosquitto). Figures are ratios measured side by side in one run.
 from ._broker import MosquittoBroker, free_port, mosquitto_path
 from ._engine import memory_bandwidth, run_engine_bench
 from ._llama_server import LLAMA_CPP_VERSION, LlamaServer, build_llama_server, llama_server_path
+from ._nats import NatsCluster, NatsUser, nats_server_path
 from ._suites import BENCH_ACTION, run_bench
 
 __all__ = [
@@ -15,11 +16,14 @@ __all__ = [
     "LLAMA_CPP_VERSION",
     "LlamaServer",
     "MosquittoBroker",
+    "NatsCluster",
+    "NatsUser",
     "build_llama_server",
     "free_port",
     "llama_server_path",
     "memory_bandwidth",
     "mosquitto_path",
+    "nats_server_path",
     "run_bench",
     "run_engine_bench",
 ]

@@ -1,0 +1,137 @@
+"""Helpers of the fleet tests: the spec, starting agents and workers, waiting for a fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import nats
+
+from forethought.planner import ModelBackend, PlannerConfig, TransformersBackend
+from forethought.policies import AgentSpec, EventKey
+from forethought.runtime import Agent, AgentConfig, FleetConfig, FleetWorker, decode_key
+
+SPEC = {
+    "name": "fleet-test",
+    "description": "You steer a warehouse robot. Answer with the safest action.",
+    "action": {
+        "type": "object",
+        "properties": {"a": {"enum": ["stop", "slow", "go"]}},
+        "required": ["a"],
+    },
+    "default_action": {"a": "stop"},
+    "state": {"zone": "aisle", "battery": 0.9},
+    "events": [
+        {
+            "type": "obstacle",
+            "params": {"side": ["left", "right"]},
+            "deadline_ms": 800,
+            "weight": 3,
+            "effects": {"zone": "blocked"},
+        },
+        {"type": "battery_low", "params": {"level": [0.1, 0.2]}, "deadline_ms": 3000},
+        {"type": "clear", "deadline_ms": 1000, "effects": {"zone": "aisle"}},
+    ],
+}
+
+EVENTS = [
+    {"type": "obstacle", "params": {"side": "left"}},
+    {"type": "battery_low", "params": {"level": 0.1}},
+    {"type": "battery_low", "params": {"level": 0.2}},
+]
+"""Events that leave the state as it is (the initial state's branches answer them)."""
+
+
+def spec() -> AgentSpec:
+    return AgentSpec.from_data(SPEC)
+
+
+def tiny(model_dir: Path) -> TransformersBackend:
+    """A backend of its own on the tiny model (each worker and agent needs one)."""
+    return TransformersBackend(model=str(model_dir), device="cpu", dtype="float32")
+
+
+def worker(
+    fleet: FleetConfig, backend: ModelBackend, worker_id: str, *, horizon: int = 4
+) -> FleetWorker:
+    return FleetWorker(
+        spec(),
+        backend=backend,
+        config=fleet,
+        worker_id=worker_id,
+        planner=PlannerConfig(horizon=horizon, max_new_tokens=12),
+    )
+
+
+@contextlib.asynccontextmanager
+async def agents(
+    fleet: FleetConfig,
+    urls: list[str],
+    backends: list[ModelBackend],
+    *,
+    plan: bool = False,
+) -> AsyncIterator[list[Agent]]:
+    """One agent per backend, each connected to ``urls[i % len(urls)]`` first."""
+    async with contextlib.AsyncExitStack() as stack:
+        out = []
+        for i, backend in enumerate(backends):
+            config = AgentConfig(
+                fleet=fleet.model_copy(
+                    update={"robot": f"r{i}", "url": ",".join(urls[i:] + urls[:i])}
+                ),
+                planner=PlannerConfig(enabled=plan, horizon=2, max_new_tokens=12),
+            )
+            out.append(
+                await stack.enter_async_context(Agent(spec(), backend=backend, config=config))
+            )
+        yield out
+
+
+async def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not check():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def bucket(url: str, fleet: FleetConfig) -> dict[tuple[str, EventKey], int]:
+    """The bucket as a fresh client reads it: each branch and how many writes its key holds."""
+    nc = await nats.connect(servers=url.split(","), **_auth(fleet))
+    try:
+        js = nc.jetstream()
+        kv = await js.key_value(fleet.names.tree)
+        out = {}
+        for key in await kv.keys():
+            out[decode_key(key)] = len(await kv.history(key))
+        return out
+    finally:
+        await nc.close()
+
+
+def _auth(fleet: FleetConfig) -> dict[str, object]:
+    options = fleet.connect_options()
+    options.pop("servers")
+    return options
+
+
+async def settled(workers: list[FleetWorker], quiet_s: float = 1.0, timeout_s: float = 60) -> None:
+    """Wait until every worker has slept with nothing left to write for ``quiet_s``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    quiet_since: float | None = None
+    while True:
+        idle = all(w.planner.sleeping and not w.pending_writes for w in workers)
+        now = loop.time()
+        if not idle:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= quiet_s:
+            return
+        if now > end:
+            raise AssertionError("the workers did not settle")
+        await asyncio.sleep(0.05)
