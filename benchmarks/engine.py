@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from forethought.bench import run_engine_bench
-from forethought.planner import DEFAULT_MODEL, ManagedServerBackend, TransformersBackend
+from forethought.models import DEFAULT_MODEL, ManagedServerBackend, TransformersBackend
 from forethought.sims import load_scenario, metrics, replay
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,7 +33,8 @@ from pathlib import Path
 import nats
 
 from forethought.bench import NatsCluster, nats_server_path
-from forethought.planner import PlannerConfig, ScriptedBackend
+from forethought.models import ScriptedBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec, EventKey, PolicyNode, PolicyTree
 from forethought.runtime import (
     Agent,

@@ -12,7 +12,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from forethought.planner import (
+    from forethought.models import (
         DEFAULT_MODEL,
         CancelSignal,
         Clock,
@@ -86,7 +86,7 @@ _LAYER = {
         "SchemaError",
         "SnapshotError",
     ),
-    "forethought.planner": (
+    "forethought.models": (
         "DEFAULT_MODEL",
         "CancelSignal",
         "Clock",

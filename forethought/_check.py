@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from forethought.planner import LatencyModel, PlannerConfig, state_context
+from forethought.models import LatencyModel, state_context
+from forethought.planner import PlannerConfig
 from forethought.policies import (
     AgentSpec,
     ConfigError,

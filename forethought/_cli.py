@@ -445,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("bench", "sim") and args.model is None:
         # Read here, not at import: the planner package is heavy and `check` must start fast.
-        from forethought.planner import DEFAULT_MODEL  # noqa: PLC0415
+        from forethought.models import DEFAULT_MODEL  # noqa: PLC0415
 
         args.model = DEFAULT_MODEL
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -11,10 +11,9 @@ from typing import Any
 
 import orjson
 
+from forethought._sim import _load, _profile
 from forethought.policies import ConfigError
 from forethought.sims import FleetRun, fleet_replay, load_scenario
-
-from ._sim import _load, _profile
 
 __all__ = ["fleet_sizes", "fleet_table", "run_fleet_sim"]
 

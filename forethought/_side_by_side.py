@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from forethought._progress import Bars
-from forethought.planner import TransformersBackend
+from forethought.models import TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
     PROFILES,

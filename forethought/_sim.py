@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from forethought._progress import Bars
-from forethought.planner import (
+from forethought.models import (
     LatencyProfile,
     ManagedServerBackend,
     ModelBackend,

@@ -25,6 +25,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from forethought.models import (
+    GenerationStatus,
+    ModelBackend,
+    ModelGate,
+    PlannerHealth,
+    state_context,
+)
 from forethought.policies import (
     ActionSchema,
     ConfigError,
@@ -36,17 +43,13 @@ from forethought.policies import (
     WorldState,
 )
 
-from ._backend import GenerationStatus, ModelBackend
 from ._budget import BudgetBucket, PlannerBudget
 from ._cover import BorrowAgreement, cover
 from ._drift import StateDrift
 from ._fleet_link import FleetLink
 from ._forecaster import Forecaster
-from ._gate import ModelGate
-from ._health import PlannerHealth
 from ._lookahead import Expected, Pace, look_ahead
 from ._method_cost import MeasuredCosts
-from ._prompt import state_context
 
 __all__ = ["Branch", "Planner", "PlannerConfig", "PlannerStats"]
 

@@ -20,12 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
-from forethought.planner import (
-    Forecaster,
-    ModelBackend,
-    ModelGate,
-    Planner,
-)
+from forethought.models import ModelBackend, ModelGate
+from forethought.planner import Forecaster, Planner
 from forethought.policies import (
     AgentSpec,
     ConfigError,

@@ -7,7 +7,7 @@ or a worker process). The agent and a fleet's planner worker choose the same way
 
 from __future__ import annotations
 
-from forethought.planner import (
+from forethought.models import (
     EngineChoice,
     ManagedServerBackend,
     ModelBackend,

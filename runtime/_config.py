@@ -18,7 +18,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from forethought.planner import DEFAULT_MODEL, PlannerConfig
+from forethought.models import DEFAULT_MODEL
+from forethought.planner import PlannerConfig
 from forethought.policies import ConfigError, first_problem
 
 from ._executor import ExecutorConfig

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forethought.planner import ModelBackend, ModelGate, state_context
+from forethought.models import ModelBackend, ModelGate, state_context
 from forethought.policies import (
     ActionSchema,
     EventKey,

@@ -31,7 +31,8 @@ import orjson
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
-from forethought.planner import Forecaster, ModelBackend, ModelGate, Planner, PlannerConfig
+from forethought.models import ModelBackend, ModelGate
+from forethought.planner import Forecaster, Planner, PlannerConfig
 from forethought.policies import (
     AgentSpec,
     EventKey,

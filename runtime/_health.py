@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forethought.planner import ManagedServerBackend
+from forethought.models import ManagedServerBackend
 
 if TYPE_CHECKING:
     from ._agent import Agent

@@ -15,8 +15,8 @@ import statistics
 import time
 from typing import Any
 
-import forethought.planner._grammar as grammar_module
-from forethought.planner import TransformersBackend
+import forethought.models.grammar._engines as grammar_module
+from forethought.models import TransformersBackend
 from forethought.policies import ActionForm, ActionSchema
 
 ROBOT = {

@@ -26,7 +26,8 @@ from typing import Any
 
 import orjson
 
-from forethought.planner import PlannerBudget, PlannerConfig, TransformersBackend
+from forethought.models import TransformersBackend
+from forethought.planner import PlannerBudget, PlannerConfig
 from forethought.sims import load_scenario, metrics, replay, resolve_profile, shipped_scenarios
 
 

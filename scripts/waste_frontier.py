@@ -15,7 +15,8 @@ import argparse
 import os
 from typing import Any
 
-from forethought.planner import PlannerConfig, TransformersBackend
+from forethought.models import TransformersBackend
+from forethought.planner import PlannerConfig
 from forethought.sims import (
     add_references,
     fixed_profile,

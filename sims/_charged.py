@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from forethought.planner import LatencyModel, LatencyProfile, Pass, PassKind, Prediction
+from forethought.models import LatencyModel, LatencyProfile, Pass, PassKind, Prediction
 
 if TYPE_CHECKING:
     from ._vloop import VirtualTimeLoop

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from forethought.planner import MonotonicClock, TransformersBackend
+from forethought.models import MonotonicClock, TransformersBackend
 
 from ._records import StrategyRun
 from ._scenario import Scenario

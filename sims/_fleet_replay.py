@@ -22,15 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from forethought.planner import (
-    Forecaster,
-    LatencyModel,
-    LatencyProfile,
-    ModelGate,
-    Planner,
-    PlannerConfig,
-    TransformersBackend,
-)
+from forethought.models import LatencyModel, LatencyProfile, ModelGate, TransformersBackend
+from forethought.planner import Forecaster, Planner, PlannerConfig
 from forethought.policies import EventKey, PolicyNode, PolicyTree, WorldState
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
 

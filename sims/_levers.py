@@ -28,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from forethought.planner import LatencyProfile, PlannerConfig, TransformersBackend
+from forethought.models import LatencyProfile, TransformersBackend
+from forethought.planner import PlannerConfig
 
 from ._fidelity import add_references
 from ._profiles import PROFILES, resolve_profile

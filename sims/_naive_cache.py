@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from forethought.planner import (
+from forethought.models import (
     Generation,
     GenerationStatus,
     MonotonicClock,

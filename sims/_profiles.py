@@ -11,7 +11,7 @@ import math
 import random
 import statistics
 
-from forethought.planner import LatencyProfile, TransformersBackend
+from forethought.models import LatencyProfile, TransformersBackend
 from forethought.policies import ConfigError
 
 __all__ = ["PROFILES", "measure_profile", "profile_figures", "resolve_profile"]

@@ -26,17 +26,17 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from forethought.planner import (
+from forethought.models import (
     DecodeOptions,
     Generation,
     LatencyModel,
     LatencyProfile,
     ModelBackend,
     Pass,
-    PlannerConfig,
     TransformersBackend,
     state_context,
 )
+from forethought.planner import PlannerConfig
 from forethought.policies import ActionForm, ActionSchema
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
 

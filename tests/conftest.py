@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from forethought.bench import MosquittoBroker, mosquitto_path
-from forethought.planner import LoadedModel, TransformersBackend, load_model, resolve_model
+from forethought.models import LoadedModel, TransformersBackend, load_model, resolve_model
 from forethought.policies import ActionSchema
 
 ROBOT_ACTION = {

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import nats
 
-from forethought.planner import ModelBackend, PlannerConfig, TransformersBackend
+from forethought.models import ModelBackend, TransformersBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec, EventKey
 from forethought.runtime import Agent, AgentConfig, FleetConfig, FleetWorker, decode_key
 

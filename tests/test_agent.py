@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from forethought import Agent, AgentConfig, AgentSpec, InProcessBus, Tier
-from forethought.planner import PlannerConfig, ScriptedBackend, TransformersBackend
+from forethought.models import ScriptedBackend, TransformersBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import (
     BackendError,
     ConfigError,

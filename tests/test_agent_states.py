@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from forethought.planner import PlannerConfig, ScriptedBackend, ScriptMode
+from forethought.models import ScriptedBackend, ScriptMode
+from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec, PolicyNode
 from forethought.runtime import Agent, AgentConfig, Decision
 from forethought.sims import VirtualTimeLoop

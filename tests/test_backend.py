@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import pytest
 
-from forethought.planner import (
+from forethought.models import (
     CancelSignal,
     GenerationStatus,
     LoopClock,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from forethought.planner import GenerationStatus, TransformersBackend, make_engine
-from forethought.planner._bounds import OutputBounds, bounded_schema, max_output_chars
+from forethought.models import GenerationStatus, TransformersBackend, make_engine
+from forethought.models.grammar._bounds import OutputBounds, bounded_schema, max_output_chars
 from forethought.policies import ActionSchema
 
 pytestmark = pytest.mark.model

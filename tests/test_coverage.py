@@ -15,21 +15,18 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from forethought.models import ModelGate, ScriptedBackend, TransformersBackend, state_context
 from forethought.planner import (
     BudgetBucket,
     Forecaster,
-    ModelGate,
     Pace,
     Planner,
     PlannerBudget,
     PlannerConfig,
-    ScriptedBackend,
     StateDrift,
-    TransformersBackend,
     calibration,
     look_ahead,
     markov_bound,
-    state_context,
 )
 from forethought.policies import (
     ActionSchema,

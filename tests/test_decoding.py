@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from forethought.planner import (
+from forethought.models import (
     CancelSignal,
     GenerationStatus,
     LatencyModel,

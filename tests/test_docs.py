@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forethought.planner import LoadedModel
+from forethought.models import LoadedModel
 from forethought.policies import AgentSpec, EventType
 from forethought.sims import load_scenario
 from forethought.sims._scenario import SCENARIO_KEYS, Drift, Generate, TraceEvent

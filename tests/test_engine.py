@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from forethought.planner import (
+from forethought.models import (
     BUILD_COMMAND,
     ManagedServerBackend,
     TransformersBackend,
     choose_engine,
 )
+from forethought.models.backends._trie_score import read_trie, trie_depth, trie_gbnf
 from forethought.planner._method_cost import MeasuredCosts
-from forethought.planner._trie_score import read_trie, trie_depth, trie_gbnf
 from forethought.policies import AgentSpec, ConfigError
 from forethought.runtime import Agent, AgentConfig, EngineConfig
 
@@ -174,7 +174,8 @@ def test_measured_costs_are_medians_per_branch() -> None:
 
 
 def test_auto_follows_what_each_method_measured() -> None:
-    from forethought.planner import Forecaster, ModelGate, Planner, PlannerConfig, ScriptedBackend
+    from forethought.models import ModelGate, ScriptedBackend
+    from forethought.planner import Forecaster, Planner, PlannerConfig
     from forethought.policies import PolicyTree, WorldState
 
     spec = AgentSpec.from_data(SPEC)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from forethought.planner import ScriptedBackend
+from forethought.models import ScriptedBackend
 from forethought.policies import (
     ActionSchema,
     EventSpace,

@@ -9,7 +9,8 @@ from fleet_support import spec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forethought.planner import Branch, Forecaster, ModelGate, Planner, ScriptedBackend
+from forethought.models import ModelGate, ScriptedBackend
+from forethought.planner import Branch, Forecaster, Planner
 from forethought.policies import ConfigError, EventKey, PolicyNode, PolicyTree, WorldState
 from forethought.runtime import (
     AgentConfig,

@@ -13,7 +13,7 @@ import pytest
 from fleet_support import EVENTS, agents, bucket, settled, tiny, wait_for, worker
 
 from forethought.bench import NatsCluster
-from forethought.planner import ScriptedBackend
+from forethought.models import ScriptedBackend
 from forethought.runtime import Agent, FleetConfig, Tier, decode_key
 
 pytestmark = [pytest.mark.model, pytest.mark.fleet]

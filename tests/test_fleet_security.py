@@ -12,7 +12,8 @@ from conftest import Pki
 from fleet_support import bucket, settled, spec, wait_for, worker
 
 from forethought.bench import NatsCluster, NatsUser
-from forethought.planner import PlannerConfig, ScriptedBackend
+from forethought.models import ScriptedBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import EventKey, PolicyNode
 from forethought.runtime import (
     Agent,

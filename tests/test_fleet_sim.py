@@ -8,7 +8,7 @@ import pytest
 
 from forethought._cli import main
 from forethought._fleet_sim import fleet_sizes
-from forethought.planner import TransformersBackend
+from forethought.models import TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import PROFILES, fleet_replay, load_scenario
 

@@ -169,7 +169,7 @@ async def test_a_zenoh_sample_says_when_it_was_sent_where_timestamping_is_on(
     zenoh = pytest.importorskip("zenoh")
     from forethought import Agent, AgentSpec
     from forethought.bench import free_port
-    from forethought.planner import ScriptedBackend
+    from forethought.models import ScriptedBackend
     from forethought.runtime import ZenohBus, zenoh_config
 
     endpoint = f"tcp/127.0.0.1:{free_port()}"

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from forethought.planner import GenerationStatus, TransformersBackend, make_engine
+from forethought.models import GenerationStatus, TransformersBackend, make_engine
 from forethought.policies import ActionSchema, SchemaError
 
 pytestmark = pytest.mark.model

@@ -21,7 +21,8 @@ from forethought import Agent, AgentConfig, AgentSpec
 from forethought._cli import main
 from forethought.bench import MosquittoBroker
 from forethought.bench._faults import FAULTS_SPEC, FaultyBackend
-from forethought.planner import PlannerConfig, TransformersBackend
+from forethought.models import TransformersBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import ConfigError
 from forethought.runtime import HealthConfig, MqttBus, payload_bytes
 

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forethought.planner import LatencyProfile, TransformersBackend
+from forethought.models import LatencyProfile, TransformersBackend
 from forethought.sims import load_scenario, metrics, replay
 
 

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forethought.planner import PlannerConfig, ScriptedBackend, TransformersBackend
+from forethought.models import ScriptedBackend, TransformersBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import (
     ActionSchema,
     AgentSpec,

@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from forethought.planner import LatencyModel, LatencyProfile
+from forethought.models import LatencyModel, LatencyProfile
 
 
 def test_fit_recovers_the_law_despite_outliers() -> None:

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from forethought.planner import (
+from forethought.models import (
     GenerationStatus,
     LoadedModel,
     ManagedServerBackend,
-    PlannerConfig,
     ServerBackend,
     llama_server_path,
     process_alive,
 )
+from forethought.planner import PlannerConfig
 from forethought.policies import ActionSchema, AgentSpec
 from forethought.runtime import Agent, AgentConfig, EngineConfig, Event, ExecutorConfig, Tier
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from forethought.planner import LatencyProfile, TransformersBackend
+from forethought.models import LatencyProfile, TransformersBackend
 from forethought.policies import ConfigError, InputError
 from forethought.runtime import CHANNELS, McapRecorder, read_mcap_json
 from forethought.sims import (

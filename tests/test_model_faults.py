@@ -17,13 +17,8 @@ from pathlib import Path
 import pytest
 
 from forethought.bench._faults import FAULTS, FaultyBackend, run_model_faults
-from forethought.planner import (
-    CancelSignal,
-    GenerationStatus,
-    PlannerConfig,
-    PlannerHealth,
-    ProcessBackend,
-)
+from forethought.models import CancelSignal, GenerationStatus, PlannerHealth, ProcessBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import ActionSchema, BackendError, InvalidAction
 
 SCHEMA = ActionSchema.from_json_schema(

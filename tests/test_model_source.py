@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from forethought.planner import TransformersBackend, resolve_model
+from forethought.models import TransformersBackend, resolve_model
 from forethought.policies import ConfigError, ModelNotFound
 
 

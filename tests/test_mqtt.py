@@ -18,7 +18,7 @@ from paho.mqtt.properties import Properties
 from forethought import Agent, AgentConfig, AgentSpec
 from forethought.bench import MosquittoBroker as Broker
 from forethought.bench._faults import until
-from forethought.planner import ScriptedBackend
+from forethought.models import ScriptedBackend
 from forethought.policies import ConfigError
 from forethought.runtime import (
     ActedIds,

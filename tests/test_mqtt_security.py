@@ -25,7 +25,7 @@ from conftest import Pki
 from pydantic import SecretStr
 
 from forethought.bench import MosquittoBroker, mosquitto_path
-from forethought.planner import ScriptedBackend
+from forethought.models import ScriptedBackend
 from forethought.policies import AgentSpec, ConfigError
 from forethought.runtime import (
     Agent,

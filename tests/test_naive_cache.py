@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forethought.planner import LatencyProfile, TransformersBackend
+from forethought.models import LatencyProfile, TransformersBackend
 from forethought.sims import load_scenario, replay, write_decisions
 from forethought.sims._naive_cache import (
     decode_naive,
@@ -83,7 +83,7 @@ def test_batched_naive_answers_charge_what_computing_each_call_charges(
 def test_batched_references_equal_one_call_each(
     tiny_backend: TransformersBackend, tmp_path: Path
 ) -> None:
-    from forethought.planner import MonotonicClock
+    from forethought.models import MonotonicClock
 
     scenario = _scenario(tmp_path)
     profile = LatencyProfile(0.01, 0.0005, 0.02, 0.001)

@@ -9,13 +9,8 @@ from typing import Any
 
 import pytest
 
-from forethought.planner import (
-    Forecaster,
-    ModelGate,
-    Planner,
-    PlannerConfig,
-    TransformersBackend,
-)
+from forethought.models import ModelGate, TransformersBackend
+from forethought.planner import Forecaster, Planner, PlannerConfig
 from forethought.policies import (
     ActionSchema,
     BackendError,

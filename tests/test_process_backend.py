@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from forethought.planner import CancelSignal, GenerationStatus, ModelGate, ProcessBackend
+from forethought.models import CancelSignal, GenerationStatus, ModelGate, ProcessBackend
 from forethought.policies import ActionSchema, DeadlinePassed, ModelNotFound, PromptTooLong
 
 pytestmark = pytest.mark.model

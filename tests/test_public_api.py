@@ -2,7 +2,14 @@ import importlib
 
 import pytest
 
-MODULES = ["forethought", "forethought.planner", "forethought.policies"]
+MODULES = [
+    "forethought",
+    "forethought.models",
+    "forethought.models.backends",
+    "forethought.models.grammar",
+    "forethought.planner",
+    "forethought.policies",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

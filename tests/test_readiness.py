@@ -14,7 +14,8 @@ import pytest
 
 from forethought import Agent, AgentConfig, AgentSpec, ConfigError, NotStarted, Tier
 from forethought._commands import log_coverage
-from forethought.planner import PlannerConfig, TransformersBackend
+from forethought.models import TransformersBackend
+from forethought.planner import PlannerConfig
 from forethought.runtime import CountersSection, HealthReport, ModelSection, TreeSection
 
 pytestmark = pytest.mark.model

@@ -26,7 +26,7 @@ from forethought.bench._reliability import (
     hostile_payloads,
 )
 from forethought.bench._stale_events import run_stale_events
-from forethought.planner import TransformersBackend
+from forethought.models import TransformersBackend
 from forethought.policies import InvalidEvent
 from forethought.runtime import Arrival, Event, EventPayload, parse_payload
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forethought.planner import ScriptedBackend
+from forethought.models import ScriptedBackend
 from forethought.sims import load_scenario, replay, write_report
 from forethought.sims._report_figures import (
     draw_cdf,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forethought.planner import (
+from forethought.models import (
     CancelSignal,
     DecodeOptions,
     GenerationStatus,

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from forethought.bench import LlamaServer, llama_server_path
-from forethought.planner import (
+from forethought.models import (
     CancelSignal,
     GenerationStatus,
     LoadedModel,
@@ -290,7 +290,7 @@ async def test_a_trie_loser_that_might_win_is_scored_exactly(
     robot_schema: ActionSchema, smollm2_first_load: LoadedModel
 ) -> None:
     """The greedy path through the trie is not always the best candidate: the bound says when."""
-    from forethought.planner._decoding import split_candidates
+    from forethought.models._decoding import split_candidates
 
     cands = [robot_schema.validate({"action": a}) for a in ("stop", "slow")]
     tails: list[list[int]] = []

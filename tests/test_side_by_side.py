@@ -10,7 +10,7 @@ import yaml
 
 from forethought._progress import Bars
 from forethought._side_by_side import first_events, run_side_by_side, verdict
-from forethought.planner import TransformersBackend
+from forethought.models import TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import STRATEGIES, load_scenario
 

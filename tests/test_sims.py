@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from forethought._sim import run_matrix
-from forethought.planner import LatencyProfile, ScriptedBackend, TransformersBackend
+from forethought.models import LatencyProfile, ScriptedBackend, TransformersBackend
 from forethought.policies import AgentSpec, ConfigError
 from forethought.sims import (
     load_scenario,

@@ -7,11 +7,7 @@ import time
 
 import pytest
 
-from forethought.planner import (
-    GenerationStatus,
-    LoadedModel,
-    TransformersBackend,
-)
+from forethought.models import GenerationStatus, LoadedModel, TransformersBackend
 from forethought.policies import ActionSchema
 
 pytestmark = pytest.mark.smollm2

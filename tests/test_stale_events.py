@@ -22,7 +22,7 @@ from paho.mqtt.properties import Properties
 
 from forethought import Agent, AgentConfig, AgentSpec
 from forethought.bench import MosquittoBroker as Broker
-from forethought.planner import ScriptedBackend
+from forethought.models import ScriptedBackend
 from forethought.runtime import MqttBus, payload_bytes
 
 pytestmark = pytest.mark.broker

@@ -9,7 +9,7 @@ import orjson
 import pytest
 import yaml
 
-from forethought.planner import ScriptedBackend
+from forethought.models import ScriptedBackend
 from forethought.policies import EventKey
 from forethought.sims import (
     event_distribution,

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from forethought.planner import PlannerConfig, ScriptedBackend
+from forethought.models import ScriptedBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec, ConfigError
 from forethought.runtime import Agent, AgentConfig, Decision, StallWatchdog, Tier
 

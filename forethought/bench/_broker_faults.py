@@ -47,7 +47,8 @@ import orjson
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from forethought.planner import ModelBackend, PlannerConfig
+from forethought.models import ModelBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec
 from forethought.runtime import ActedIds, stamp_event
 from forethought.runtime._mqtt import _read_disconnect

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from forethought.planner import (
+from forethought.models import (
     ManagedServerBackend,
     ModelBackend,
     ServerBackend,

@@ -22,7 +22,8 @@ import aiomqtt
 import numpy as np
 import orjson
 
-from forethought.planner import ModelBackend, PlannerConfig, ProcessBackend, TransformersBackend
+from forethought.models import ModelBackend, ProcessBackend, TransformersBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec
 from forethought.runtime import (
     Agent,

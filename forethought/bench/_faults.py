@@ -32,16 +32,16 @@ from typing import Any, Self
 
 from pydantic import BaseModel
 
-from forethought.planner import (
+from forethought.models import (
     CancelSignal,
     Generation,
     GenerationStatus,
     LatencyPredictor,
     ModelBackend,
-    PlannerConfig,
     ProcessBackend,
     Scores,
 )
+from forethought.planner import PlannerConfig
 from forethought.policies import ActionSchema, AgentSpec, BackendError, EventKey, PolicyNode
 
 from ._reliability import RELIABILITY_SPEC

@@ -27,13 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from forethought.planner import (
-    LLAMA_CPP_VERSION,
-    cache_root,
-    llama_server_path,
-    resolve_model,
-)
-from forethought.planner import build_dir as _build_dir
+from forethought.models import LLAMA_CPP_VERSION, cache_root, llama_server_path, resolve_model
+from forethought.models import build_dir as _build_dir
 from forethought.policies import ConfigError
 
 from ._broker import free_port

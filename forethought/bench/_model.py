@@ -13,13 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from forethought.planner import (
-    CancelSignal,
-    DecodeOptions,
-    Prompt,
-    TransformersBackend,
-    make_engine,
-)
+from forethought.models import CancelSignal, DecodeOptions, Prompt, TransformersBackend, make_engine
 from forethought.policies import ActionForm, ActionSchema
 
 __all__ = ["BENCH_ACTION", "ModelBench"]

@@ -20,15 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from forethought.planner import (
-    Forecaster,
-    ModelGate,
-    Planner,
-    PlannerConfig,
-    TransformersBackend,
-    calibration,
-    markov_bound,
-)
+from forethought.models import ModelGate, TransformersBackend
+from forethought.planner import Forecaster, Planner, PlannerConfig, calibration, markov_bound
 from forethought.policies import (
     ActionSchema,
     EventKey,

@@ -63,7 +63,8 @@ from typing import Any
 
 import orjson
 
-from forethought.planner import PlannerConfig, TransformersBackend
+from forethought.models import TransformersBackend
+from forethought.planner import PlannerConfig
 from forethought.policies import (
     AgentSpec,
     EventKey,

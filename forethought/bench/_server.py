@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from forethought.planner import ModelBackend, Prompt, ServerBackend, TransformersBackend
+from forethought.models import ModelBackend, Prompt, ServerBackend, TransformersBackend
 from forethought.policies import ActionSchema
 
 from ._model import BENCH_ACTION

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from forethought._progress import Bars
-from forethought.planner import TransformersBackend
+from forethought.models import TransformersBackend
 
 from ._model import BENCH_ACTION, ModelBench
 

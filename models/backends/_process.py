@@ -36,10 +36,10 @@ from forethought.policies import (
     SchemaError,
 )
 
-from ._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus, Scores
-from ._grammar import ENGINES
-from ._latency import LatencyModel
-from ._model_source import DEFAULT_MODEL, resolve_model
+from .._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus, Scores
+from .._latency import LatencyModel
+from .._model_source import DEFAULT_MODEL, resolve_model
+from ..grammar._engines import ENGINES
 
 log = logging.getLogger("forethought.model")
 

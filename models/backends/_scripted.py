@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from forethought.policies import ActionSchema, BackendError, NotStarted
 
-from ._backend import CancelSignal, Generation, GenerationStatus, Scores
-from ._latency import LatencyModel, LatencyProfile
+from .._backend import CancelSignal, Generation, GenerationStatus, Scores
+from .._latency import LatencyModel, LatencyProfile
 
 __all__ = ["ScriptMode", "ScriptedBackend"]
 

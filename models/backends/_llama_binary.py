@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ._model_source import cache_root
+from .._model_source import cache_root
 
 __all__ = ["BUILD", "BUILD_COMMAND", "LLAMA_CPP_VERSION", "build_dir", "llama_server_path"]
 

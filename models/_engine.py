@@ -15,8 +15,8 @@ from typing import Literal
 
 from forethought.policies import ConfigError
 
-from ._llama_binary import BUILD_COMMAND, llama_server_path
 from ._model_source import resolve_model
+from .backends._llama_binary import BUILD_COMMAND, llama_server_path
 
 __all__ = ["ENGINE_KINDS", "EngineChoice", "EngineKind", "choose_engine"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ._backend import GenerationStatus
 
 if TYPE_CHECKING:
-    from ._grammar import GrammarMatcher
+    from .grammar._engines import GrammarMatcher
 
 __all__ = ["DecodeResult", "RowResult", "Run", "ScoreResult"]
 

@@ -34,7 +34,7 @@ import httpx
 
 from forethought.policies import ConfigError
 
-from ._health import PlannerHealth
+from .._health import PlannerHealth
 
 __all__ = ["ServerProcess", "ServerProcessStats", "process_alive"]
 

@@ -32,7 +32,7 @@ from ._latency import LatencyModel
 if TYPE_CHECKING:
     import torch
 
-    from ._grammar import GrammarEngine, GrammarMatcher
+    from .grammar._engines import GrammarEngine, GrammarMatcher
 
 __all__ = ["Decoder"]
 

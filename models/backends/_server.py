@@ -48,14 +48,14 @@ from forethought.policies import (
     ServerUnavailable,
 )
 
-from ._backend import CancelSignal, Generation, GenerationStatus, Scores
-from ._bounds import OutputBounds, max_output_chars
-from ._clock import Clock, LoopClock, MonotonicClock
-from ._decoding import split_candidates
-from ._gbnf import action_gbnf, token_gbnf
-from ._latency import LatencyModel, Prediction
-from ._model_source import DEFAULT_MODEL, load_tokenizer, resolve_model
-from ._prompt import Prompt, PromptEncoder
+from .._backend import CancelSignal, Generation, GenerationStatus, Scores
+from .._clock import Clock, LoopClock, MonotonicClock
+from .._decoding import split_candidates
+from .._latency import LatencyModel, Prediction
+from .._model_source import DEFAULT_MODEL, load_tokenizer, resolve_model
+from .._prompt import Prompt, PromptEncoder
+from ..grammar._bounds import OutputBounds, max_output_chars
+from ..grammar._gbnf import action_gbnf, token_gbnf
 from ._server_api import Chunk, ServerAPI, make_api
 from ._trie_score import read_trie, trie_depth, trie_gbnf
 

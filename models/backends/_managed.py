@@ -19,11 +19,11 @@ from pydantic import BaseModel
 
 from forethought.policies import ActionSchema, ConfigError, NotStarted
 
-from ._backend import CancelSignal, Generation, Scores
-from ._bounds import OutputBounds
-from ._latency import LatencyModel
+from .._backend import CancelSignal, Generation, Scores
+from .._latency import LatencyModel
+from .._model_source import DEFAULT_MODEL, resolve_model
+from ..grammar._bounds import OutputBounds
 from ._llama_binary import BUILD_COMMAND, llama_server_path
-from ._model_source import DEFAULT_MODEL, resolve_model
 from ._server import ServerBackend, ServerLatency
 from ._server_process import ServerProcess
 

@@ -29,16 +29,16 @@ from forethought.policies import (
     PromptTooLong,
 )
 
-from ._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus, Scores
-from ._bounds import bounded_schema, max_output_chars
-from ._clock import Clock, LoopClock, MonotonicClock
-from ._decode_run import DecodeResult, RowResult
-from ._decoding import Decoder
-from ._grammar import ENGINES, GrammarEngine, make_engine
-from ._latency import LatencyModel
-from ._model_source import DEFAULT_MODEL, LoadedModel, load_model, resolve_model
-from ._prompt import Prompt, PromptEncoder
-from ._worker import ModelWorker
+from .._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus, Scores
+from .._clock import Clock, LoopClock, MonotonicClock
+from .._decode_run import DecodeResult, RowResult
+from .._decoding import Decoder
+from .._latency import LatencyModel
+from .._model_source import DEFAULT_MODEL, LoadedModel, load_model, resolve_model
+from .._prompt import Prompt, PromptEncoder
+from .._worker import ModelWorker
+from ..grammar._bounds import bounded_schema, max_output_chars
+from ..grammar._engines import ENGINES, GrammarEngine, make_engine
 
 __all__ = ["TransformersBackend"]
 
