@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,45 @@ def test_a_public_name_resolves_lazily() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True
     ).stdout.strip()
     assert out == "forethought.runtime._agent"
+
+
+def _lint_imports(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "lint_imports.py"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_import_linter_contracts_hold() -> None:
+    done = _lint_imports()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 kept, 0 broken" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "broken"),
+    [
+        ("policies/_upward.py", "from forethought.runtime import Agent\n", "Layers import one way"),
+        ("models/_upward.py", "import forethought.planner\n", "Layers import one way"),
+        (
+            "runtime/_executor.py",
+            "from forethought.planner import Planner\n",
+            "The executor asks the model layer",
+        ),
+        ("policies/_numeric.py", "import numpy\n", "policies/ is pure data"),
+    ],
+)
+def test_import_linter_sees_a_broken_rule(
+    where: str, code: str, broken: str, tmp_path: Path
+) -> None:
+    # The contracts must be able to fail: plant one bad import in a copy of the package.
+    assert _lint_imports().returncode == 0
+    shutil.copytree(ROOT / "build" / "importlint" / "forethought", tmp_path / "forethought")
+    planted = tmp_path / "forethought" / where
+    planted.write_text(code + (planted.read_text() if planted.exists() else ""))
+    done = _lint_imports("--tree", str(tmp_path))
+    assert done.returncode == 1, done.stdout
+    assert "1 broken" in done.stdout
+    assert broken in done.stdout.split("Broken contracts")[1]
