@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from ._errors import ForethoughtError
 
-__all__ = ["Problem", "StateValues", "check_spec"]
+__all__ = ["Problem", "StateValues", "check_spec", "did_you_mean"]
 
 Severity = Literal["error", "warning"]
 

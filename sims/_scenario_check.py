@@ -22,8 +22,8 @@ from forethought.policies import (
     Problem,
     StateValues,
     check_spec,
+    did_you_mean,
 )
-from forethought.policies._spec_check import did_you_mean
 
 from ._grading import Grader
 from ._scenario import SCENARIO_KEYS, Generate, Scenario, TraceEvent, load_scenario
