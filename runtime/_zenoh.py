@@ -16,10 +16,10 @@ The same contract as :class:`~forethought.runtime.MqttBus`, on Zenoh's key expre
 Peer mode by default, with explicit ``connect``/``listen`` endpoints (multicast scouting off
 unless asked for). Senders' sessions made by :func:`zenoh_config` stamp what they put (a sample
 then says when it was sent); the agent's own session does not, or it would stamp an unstamped
-sample as it arrives and an event of unknown age would look fresh. Zenoh delivers
-samples on its own threads: the callbacks only copy the bytes and hand them to the event loop,
-where everything else happens. Waiting events are bounded:
-when the queue is full the oldest is dropped and counted.
+sample as it arrives and an event of unknown age would look fresh. Zenoh delivers samples on its
+own threads: the callbacks only copy the bytes and hand them to the event loop, where everything
+else happens. Waiting events are bounded: when the queue is full the oldest is dropped and
+counted.
 """
 
 from __future__ import annotations
