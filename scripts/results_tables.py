@@ -2,9 +2,10 @@
 
     .venv/bin/python scripts/results_tables.py
 
-Reads docs/results/planner-waste.json, hybrid-vs-tree.json and budget-sweep.json (written by
-``scripts/planner_waste.py``) and writes planner-waste.md and budget-sweep.md beside them. The
-markdown is never edited by hand: change the JSON (by measuring again) and run this.
+Reads docs/results/planner-waste.json, held-out.json, hybrid-vs-tree.json and
+budget-sweep.json (written by ``scripts/planner_waste.py``) and writes planner-waste.md and
+budget-sweep.md beside them. The markdown is never edited by hand: change the JSON (by
+measuring again) and run this.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def planner_waste() -> str:
     ]
     for source, title in (
         ("planner-waste.json", "Every scenario, tree alone"),
+        ("held-out.json", "Held-out scenarios: written after the planner changes, untouched"),
         ("hybrid-vs-tree.json", "hybrid beside tree where the live tiers are slow"),
     ):
         data = _load(source)
