@@ -69,7 +69,8 @@ async def _gone(pid: int, within_s: float = 10.0) -> bool:
 async def test_generates_and_scores_in_one_request_with_the_exact_winner(
     robot_schema: ActionSchema,
 ) -> None:
-    engine = ManagedServerBackend(slots=2, context=4096)
+    # Correctness, not speed: a shared, loaded machine may take minutes per call.
+    engine = ManagedServerBackend(slots=2, context=4096, timeout_s=900)
     async with engine:
         pid = engine.process.pid
         assert pid is not None
@@ -102,6 +103,7 @@ async def test_generates_and_scores_in_one_request_with_the_exact_winner(
             transport=engine.process.transport(),
             trie_scoring=False,
             poll_s=0,
+            timeout_s=900,
         )
         async with each:
             before = each.stats.requests
