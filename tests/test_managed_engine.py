@@ -69,7 +69,8 @@ async def _gone(pid: int, within_s: float = 10.0) -> bool:
 async def test_generates_and_scores_in_one_request_with_the_exact_winner(
     robot_schema: ActionSchema,
 ) -> None:
-    engine = ManagedServerBackend(slots=2, context=4096)
+    # Correctness, not speed: a shared, loaded machine may take minutes per call.
+    engine = ManagedServerBackend(slots=2, context=4096, timeout_s=900)
     async with engine:
         pid = engine.process.pid
         assert pid is not None
@@ -102,6 +103,7 @@ async def test_generates_and_scores_in_one_request_with_the_exact_winner(
             transport=engine.process.transport(),
             trie_scoring=False,
             poll_s=0,
+            timeout_s=900,
         )
         async with each:
             before = each.stats.requests
@@ -120,6 +122,7 @@ async def test_generates_and_scores_in_one_request_with_the_exact_winner(
     assert not engine.process.stats.deaths  # stopped, not died
 
 
+@pytest.mark.timeout(1500)  # 21 model loads: minutes on a loaded 2-core machine
 async def test_sigkill_mid_call_20_times_fails_over_and_the_server_comes_back() -> None:
     spec = AgentSpec.from_data(SPEC)
     config = AgentConfig.defaults(
@@ -157,6 +160,8 @@ async def test_sigkill_mid_call_20_times_fails_over_and_the_server_comes_back() 
             agent.schema.validate(decision.action)  # nothing invalid
             async with asyncio.timeout(60):  # the server comes back (its time: back_s)
                 await engine.process.wait_restarts(i + 1)
+            took = engine.process.stats.back_s[-1]
+            print(f"kill {i + 1}: {decision.tier.value}, back in {took:.2f} s", flush=True)
         back = engine.process.stats.back_s
         last = await agent.decide(
             Event("after", "obstacle", {"side": "left"}, arrived_at=loop.time())

@@ -56,7 +56,7 @@ _EVENTS = [
     "alarm in zone B", "light curtain tripped", "wifi lost", "order cancelled",
 ]  # fmt: skip
 _IN_FLIGHT = (1, 4, 8, 16)
-_LENGTHS = (8, 64, 160)
+_LENGTHS = (8, 32, 96)
 _CANDIDATES = [
     ("stop", 0), ("slow_down", 0.5), ("continue", 1.0), ("turn_left", 0.5),
     ("turn_right", 0.5), ("reverse", 0.3), ("dock", 0.5), ("wait", 0),
