@@ -36,7 +36,7 @@ from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
 
 from ._charged import ChargedClock
 from ._scenario import Scenario, TraceEvent
-from ._vloop import run_virtual
+from ._vloop import VirtualTimeLoop, run_virtual
 
 if TYPE_CHECKING:
     from forethought.planner import Branch
@@ -145,6 +145,7 @@ async def _fleet(
     planner_config: PlannerConfig,
 ) -> FleetRun:
     loop = asyncio.get_running_loop()
+    assert isinstance(loop, VirtualTimeLoop)  # fleet_replay runs it on one
     spec = scenario.spec
     clock = ChargedClock(loop, profile, seed=scenario.seed)
     latency = LatencyModel(profile, fixed=True)
