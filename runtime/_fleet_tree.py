@@ -174,7 +174,8 @@ class FleetTree:
             self._changed()
 
         async def error(exc: Exception) -> None:
-            log.warning("fleet connection: %s", exc)
+            # Some of the client's errors carry no message: the type says what happened.
+            log.warning("fleet connection: %s", str(exc) or type(exc).__name__)
 
         while True:
             try:

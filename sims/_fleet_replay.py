@@ -138,8 +138,7 @@ async def _fleet(
     planner_config: PlannerConfig,
 ) -> FleetRun:
     loop = asyncio.get_running_loop()
-    if not isinstance(loop, VirtualTimeLoop):
-        raise TypeError("a fleet replay charges its model on a virtual-time loop (run_virtual)")
+    assert isinstance(loop, VirtualTimeLoop)  # fleet_replay runs it on one
     spec = scenario.spec
     clock = ChargedClock(loop, profile, seed=scenario.seed)
     latency = LatencyModel(profile, fixed=True)
