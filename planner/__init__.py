@@ -10,6 +10,7 @@ from ._backend import (
 )
 from ._calibration import Calibration, calibration, markov_bound
 from ._clock import Clock, LoopClock, MonotonicClock, Pass, PassKind
+from ._cost import Cost
 from ._cover import BorrowAgreement, cover
 from ._decode_run import DecodeResult, RowResult, ScoreResult
 from ._decoding import Decoder
@@ -43,6 +44,7 @@ __all__ = [
     "Calibration",
     "CancelSignal",
     "Clock",
+    "Cost",
     "DecodeOptions",
     "DecodeResult",
     "Decoder",

@@ -212,6 +212,7 @@ class Agent:
                 config=self.config.executor,
                 watchdog=self.watchdog,
             )
+            stack.push_async_callback(self.executor.aclose)
             if self.config.planner.enabled:
                 live = self.config.executor.use_live or self.config.executor.use_score
                 self.planner = Planner(

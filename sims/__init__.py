@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from ._agreement import FIGURES, ClockComparison, FigureGap, compare_clocks
 from ._charged import ChargedClock
 from ._fidelity import add_references
 from ._grading import Grader, Rule
@@ -24,12 +25,15 @@ from ._scenario import (
 from ._vloop import VirtualTimeLoop, run_virtual
 
 __all__ = [
+    "FIGURES",
     "LEVERS",
     "PROFILES",
     "SCENARIO_KEYS",
     "STRATEGIES",
     "ChargedClock",
+    "ClockComparison",
     "Drift",
+    "FigureGap",
     "Generate",
     "Grader",
     "McapMapping",
@@ -41,6 +45,7 @@ __all__ = [
     "TraceEvent",
     "VirtualTimeLoop",
     "add_references",
+    "compare_clocks",
     "fixed_profile",
     "lever_line",
     "lever_runs",
