@@ -8,6 +8,8 @@ A virtual report names the profile it was charged by; a real one names none: it 
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +22,7 @@ from ._replay import replay
 from ._report import metrics, table
 from ._scenario import Scenario
 
-__all__ = ["FIGURES", "ClockComparison", "FigureGap", "compare_clocks"]
+__all__ = ["FIGURES", "ClockComparison", "FigureGap", "compare_clocks", "defaults"]
 
 FIGURES: dict[str, Callable[[dict[str, Any]], float | None]] = {
     "answered_in_time": lambda m: m["answered_in_time"],
@@ -96,10 +98,12 @@ class ClockComparison:
                 "clock": "virtual",
                 "profile": {"name": self.profile_name, **profile_figures(self.profile)},
                 "strategies": {k: metrics(v) for k, v in self.virtual.items()},
+                "defaults": {k: defaults(v) for k, v in self.virtual.items()},
             },
             "real": {
                 "clock": "real",
                 "strategies": {k: metrics(v) for k, v in self.real.items()},
+                "defaults": {k: defaults(v) for k, v in self.real.items()},
             },
             "gaps": [
                 {
@@ -112,6 +116,20 @@ class ClockComparison:
                 for g in self.gaps()
             ],
         }
+
+
+def defaults(run: StrategyRun) -> dict[str, Any]:
+    """Why each event that got the default got it: the last tier's reason.
+
+    Counted by kind (figures left out) and listed per event (index, reason with its figures).
+    """
+    events = [
+        (r.index, r.skipped[-1] if r.skipped else "no tier ran")
+        for r in run.records
+        if not r.model_written
+    ]
+    kinds = Counter(re.sub(r"[0-9.]+ ms", "N ms", why) for _, why in events)
+    return {"by_reason": dict(kinds.most_common()), "events": events}
 
 
 def _pc(x: float | None) -> str:
