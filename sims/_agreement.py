@@ -62,7 +62,7 @@ class ClockComparison:
 
     def gaps(self) -> list[FigureGap]:
         """Every strategy's figures side by side."""
-        out = []
+        out: list[FigureGap] = []
         for name in self.virtual:
             mv, mr = metrics(self.virtual[name]), metrics(self.real[name])
             out.extend(
