@@ -91,7 +91,13 @@ def _parser() -> argparse.ArgumentParser:
         help="every shipped scenario (or the one given) under every shipped profile: one table",
     )
     sim.add_argument("--seed", type=int, default=None, help="seeds the charged model time")
-    sim.add_argument("--clock", default="virtual", choices=["virtual", "real"])
+    sim.add_argument(
+        "--clock",
+        default="virtual",
+        choices=["virtual", "real", "both"],
+        help="both: the virtual clock (profile measured here, unless --profile) and the real "
+        "one, and the gap per strategy and figure",
+    )
     sim.add_argument("--speed", type=float, default=1.0, help="compress time (real clock)")
     sim.add_argument(
         "--profile",

@@ -27,6 +27,7 @@ from forethought.sims import (
     Scenario,
     StrategyRun,
     add_references,
+    compare_clocks,
     load_scenario,
     metrics,
     profile_figures,
@@ -79,12 +80,12 @@ def _profile(
     if given == "cpu-measured":
         # The simulator computes every pass in process and charges it by the profile, so
         # cpu-measured measures the in-process torch decoder (not a managed llama-server).
-        return "cpu-measured (torch decoder)", resolve_profile(given, backend)
+        return "cpu-measured (torch decoder)", resolve_profile(given, backend, scenario)
     if given is not None:
         name = given if given in PROFILES else "given"
-        return name, resolve_profile(given, backend)
+        return name, resolve_profile(given, backend, scenario)
     if isinstance(scenario.profile, str):
-        return scenario.profile, resolve_profile(scenario.profile, backend)
+        return scenario.profile, resolve_profile(scenario.profile, backend, scenario)
     if scenario.profile is not None:
         return "scenario", LatencyProfile.from_figures(
             step_ms=scenario.profile.step_ms,
@@ -136,8 +137,8 @@ def run_sim(
     else:
         scenario = load_scenario(scenario_path)
     names = strategy_names(strategy)
-    if clock not in ("virtual", "real"):
-        raise ConfigError("--clock", clock, "choose virtual or real")
+    if clock not in ("virtual", "real", "both"):
+        raise ConfigError("--clock", clock, "choose virtual, real or both")
     outputs = {"json_path": json_path, "decisions": decisions, "report": report}
     if mqtt is not None:
         if clock != "real":
@@ -146,21 +147,24 @@ def run_sim(
         return _outputs(
             scenario, {"agent": run}, model="(remote agent)", clock=clock, profile={}, **outputs
         )
-    if engine not in ("torch", "llama-server"):
-        raise ConfigError("--engine", engine, "choose torch or llama-server")
-    if engine == "llama-server" and clock != "real":
-        raise ConfigError(
-            "--engine", engine, "a server's time cannot be charged to virtual time: --clock real"
-        )
+    _check_engine(engine, clock)
     with Bars() as bars, bars.wait(f"loading {model}"):
         backend = _load(model, device, dtype)
-    pname, prof = _profile(profile, scenario, backend)
+    if clock == "both":
+        return _both(scenario, backend, names, profile, seed, model, json_path)
     n = len(scenario.events()) * len(names)
+    if clock == "real":  # passes take the time they take: no profile is used, none is named
+        pname, prof, used = "-", PROFILES[DEFAULT_PROFILE], "no profile"
+    else:
+        pname, prof = _profile(profile, scenario, backend)
+        used = (
+            f"profile {pname}: step {prof.step_base_s * 1e3:.2f} ms, prefill "
+            f"{prof.prefill_per_token_s * 1e6:.0f} us/token"
+        )
     print(
         f"replaying {scenario.name}: {len(scenario.events())} events x {', '.join(names)} "
-        f"({clock} clock, profile {pname}: step {prof.step_base_s * 1e3:.2f} ms, prefill "
-        f"{prof.prefill_per_token_s * 1e6:.0f} us/token; "
-        f"seed {scenario.seed if seed is None else seed}; engine {engine})",
+        f"({clock} clock, {used}; seed {scenario.seed if seed is None else seed}; "
+        f"engine {engine})",
         file=sys.stderr,
         flush=True,
     )
@@ -178,11 +182,21 @@ def run_sim(
         runs.update(_with_server_planner(scenario, backend, names, planner, clock, prof, speed))
     with Bars() as bars, bars.wait("fidelity references"):
         add_references(scenario, runs, backend)
-    figures = {"name": pname, **profile_figures(prof)}
+    figures = {"name": pname, **profile_figures(prof)} if clock == "virtual" else {}
     if record is not None:
         n = record_replay(record, scenario, runs)
         print(f"mcap: {record} ({n} messages)")
     return _outputs(scenario, runs, model=model, clock=clock, profile=figures, **outputs)
+
+
+def _check_engine(engine: str, clock: str) -> None:
+    """The live tiers' engine: any on the real clock, only the in-process one on virtual time."""
+    if engine not in ("torch", "llama-server"):
+        raise ConfigError("--engine", engine, "choose torch or llama-server")
+    if engine == "llama-server" and clock != "real":
+        raise ConfigError(
+            "--engine", engine, "a server's time cannot be charged to virtual time: --clock real"
+        )
 
 
 def _managed(model: str, names: tuple[str, ...]) -> Callable[[], ModelBackend]:
@@ -192,6 +206,48 @@ def _managed(model: str, names: tuple[str, ...]) -> Callable[[], ModelBackend]:
             "--engine", "llama-server", "live-naive is the in-process baseline: leave it out"
         )
     return lambda: ManagedServerBackend(model=model)
+
+
+def _both(
+    scenario: Scenario,
+    backend: TransformersBackend,
+    names: tuple[str, ...],
+    profile: str | None,
+    seed: int | None,
+    model: str,
+    json_path: Path | None,
+) -> dict[str, Any]:
+    """Replay on the virtual clock, then on the real one; print both and the gap.
+
+    The virtual clock is charged by ``profile``, by default one measured here, now.
+    """
+    print(f"measuring this machine ({profile or 'cpu-measured'})", file=sys.stderr, flush=True)
+    pname, prof = _profile(profile or "cpu-measured", scenario, backend)
+    n = 2 * len(scenario.events()) * len(names)
+    print(
+        f"replaying {scenario.name}: {len(scenario.events())} events x {', '.join(names)} on "
+        f"the virtual clock (profile {pname}), then the real clock",
+        file=sys.stderr,
+        flush=True,
+    )
+    both = compare_clocks(
+        scenario,
+        backend,
+        strategies=names,
+        profile_name=pname,
+        profile=prof,
+        seed=seed,
+        progress=_progress(n),
+    )
+    print(f"model: {model}")
+    print(both.table())
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_bytes(
+            orjson.dumps({"model": model, **both.as_json()}, option=orjson.OPT_INDENT_2)
+        )
+        print(f"json: {json_path}")
+    return {"runs": both.real, "virtual": both.virtual, "comparison": both}
 
 
 def _with_server_planner(

@@ -9,6 +9,7 @@ from ._backend import (
     Scores,
 )
 from ._clock import Clock, LoopClock, MonotonicClock, Pass, PassKind
+from ._cost import Cost
 from ._decode_run import DecodeResult, RowResult, ScoreResult
 from ._decoding import Decoder
 from ._engine import ENGINE_KINDS, EngineChoice, EngineKind, choose_engine
@@ -54,6 +55,7 @@ __all__ = [
     "LLAMA_CPP_VERSION",
     "CancelSignal",
     "Clock",
+    "Cost",
     "DecodeOptions",
     "DecodeResult",
     "Decoder",

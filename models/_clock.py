@@ -34,10 +34,11 @@ class PassKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Pass:
-    """The shape of one forward pass: its kind and how many tokens it feeds."""
+    """The shape of one forward pass: its kind, how many tokens it feeds, over how many rows."""
 
     kind: PassKind
     tokens: int
+    rows: int = 1
 
 
 @runtime_checkable
@@ -45,9 +46,9 @@ class Clock(Protocol):
     """A source of absolute time in seconds that model work is measured (or charged) on.
 
     ``now`` and ``timed`` are called from the model's worker thread; ``begin_call`` on the
-    event loop just before a call is handed to that thread, ``end_call`` from the thread when
-    the call's work is over (a virtual clock keeps time still in between, except while a pass
-    is being charged).
+    event loop just before a call is handed to that thread, ``start_call`` from the thread as
+    its work starts, ``end_call`` from the thread when the call's work is over (a virtual clock
+    keeps time still in between, except while a pass or the call's own costs are charged).
     """
 
     def now(self) -> float:
@@ -60,6 +61,14 @@ class Clock(Protocol):
 
     def begin_call(self) -> None:
         """A model call is about to start on the worker (called on the event loop)."""
+        ...
+
+    def start_call(self) -> None:
+        """The call's work starts on the worker (called from the worker).
+
+        A virtual clock charges the call's own costs here: the hop to the worker, tokenizing,
+        the grammar set-up, reading the output.
+        """
         ...
 
     def end_call(self) -> None:
@@ -83,6 +92,9 @@ class _RealTime:
 
     def begin_call(self) -> None:
         """Nothing to do: real time passes by itself."""
+
+    def start_call(self) -> None:
+        """Nothing to do: the call's own work takes the time it takes."""
 
     def end_call(self) -> None:
         """Nothing to do: real time passes by itself."""

@@ -437,7 +437,7 @@ class Decoder:
     ) -> tuple[torch.Tensor, Any]:
         """One forward pass, timed (or charged) by the clock; its time feeds the latency model."""
         n = int(ids.numel())
-        shape = Pass(PassKind.PREFILL if prefill else PassKind.STEP, n)
+        shape = Pass(PassKind.PREFILL if prefill else PassKind.STEP, n, int(ids.shape[0]))
 
         def run() -> tuple[torch.Tensor, Any]:
             out = self._model(

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from ._cost import Cost
 
 __all__ = ["LatencyModel", "LatencyPredictor", "LatencyProfile", "Prediction"]
 
@@ -47,6 +49,16 @@ class LatencyProfile:
     step_per_row_s: float
     spread95: float = 1.15
     """p95 / p50 of measured vs fitted times."""
+    call_cost: Cost = field(default_factory=Cost)
+    """One model call's work outside its forward passes: the hop to the model's worker thread
+    and back, tokenizing the event, the grammar matcher's set-up, reading the output."""
+    pass_cost: Cost = field(default_factory=Cost)
+    """One decode pass's work outside the forward, for one row: the grammar mask, the argmax,
+    building the next pass's tensors."""
+    row_cost: Cost = field(default_factory=Cost)
+    """What each further row of a batched decode pass adds to :attr:`pass_cost`."""
+    select_cost: Cost = field(default_factory=Cost)
+    """One decision's own work in the executor (tree selection), model calls aside."""
 
     @classmethod
     def from_figures(cls, *, step_ms: float, prefill_us_per_token: float) -> LatencyProfile:
@@ -78,6 +90,11 @@ class LatencyPredictor(Protocol):
 
     def typical_steps(self, default: int = 8) -> int:
         """The median number of decode passes a completed action has needed."""
+        ...
+
+    @property
+    def observed(self) -> int:
+        """How many passes the fits have been given, ever (grows with every new measurement)."""
         ...
 
 
@@ -145,18 +162,21 @@ class LatencyModel:
         self._prefill = _Law(p.prefill_base_s, p.prefill_per_token_s, p.spread95)
         self._step = _Law(p.step_base_s, p.step_per_row_s, p.spread95)
         self._steps_per_action: deque[int] = deque(maxlen=64)
+        self._observed = 0
 
     def observe_prefill(self, tokens: int, seconds: float) -> None:
         """Record a prefill pass over ``tokens`` new tokens that took ``seconds``."""
         if not self._fixed:
             with self._lock:
                 self._prefill.add(float(tokens), seconds)
+                self._observed += 1
 
     def observe_step(self, rows: int, seconds: float) -> None:
         """Record a decode pass over ``rows`` tokens (rows x tokens per row)."""
         if not self._fixed:
             with self._lock:
                 self._step.add(float(max(rows, 1) - 1), seconds)
+                self._observed += 1
 
     def observe_action(self, steps: int) -> None:
         """Record how many decode passes one completed action needed."""
@@ -184,6 +204,12 @@ class LatencyModel:
         """Predicted time of a whole call: one prefill and ``steps`` decode passes."""
         step = self.step(rows)
         return self.prefill(prefill_tokens) + Prediction(step.p50 * steps, step.p95 * steps)
+
+    @property
+    def observed(self) -> int:
+        """How many passes the fits have been given, ever (the window keeps the recent ones)."""
+        with self._lock:
+            return self._observed
 
     @property
     def samples(self) -> tuple[int, int]:

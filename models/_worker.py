@@ -75,6 +75,7 @@ class ModelWorker:
 
         def job() -> None:
             try:
+                clock.start_call()
                 out = fn()
             except BaseException as exc:
                 loop.call_soon_threadsafe(_settle, future, None, exc)

@@ -226,6 +226,7 @@ class Agent:
                     )
                 )
                 self.fleet.publish_state(self._state)
+            stack.push_async_callback(self.executor.aclose)
             if self.config.planner.enabled:
                 live = self.config.executor.use_live or self.config.executor.use_score
                 self.planner = Planner(

@@ -19,6 +19,7 @@ hangs is abandoned at the budget and the next tier answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -46,6 +47,7 @@ from ._watchdog import StallWatchdog
 __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
 
 log = logging.getLogger("forethought.executor")
+_PROBE_S = 60.0  # a latency probe's deadline: long enough to finish even on a slow moment
 _R = TypeVar("_R")
 
 
@@ -76,6 +78,12 @@ class ExecutorConfig(BaseModel):
     use_tree: bool = True
     use_score: bool = True
     use_live: bool = True
+    probe_after_s: float = Field(default=2.0, gt=0)
+    """When the live tier's p95 keeps it from starting and the latency model has measured
+    nothing for this long, one call is made in the background (at the planner's priority, so
+    any event's call preempts it) to measure the model again. A tier that never runs is never
+    measured: without this, a p95 learned in a slow moment (a cold start, a busy neighbour)
+    would keep the live tier off for good once the model is fast again."""
 
 
 @dataclass(slots=True)
@@ -178,6 +186,8 @@ class Executor:
         self._done: OrderedDict[str, Decision] = OrderedDict()
         self._seen: OrderedDict[str, float] = OrderedDict()  # id -> when it was decided
         self._inflight: dict[str, asyncio.Future[Decision]] = {}
+        self._evidence = (-1, 0.0)  # latency measurements seen, and when that count changed
+        self._probe: asyncio.Task[None] | None = None
 
     @property
     def gate(self) -> ModelGate:
@@ -385,10 +395,17 @@ class Executor:
         end: float,
         call: Callable[[], Awaitable[_R]],
         skipped: list[tuple[str, str]],
+        probe: Callable[[], Awaitable[object]] | None = None,
     ) -> _R | None:
-        """Run one model tier if its p95 fits, holding the model, abandoned at the budget."""
+        """Run one model tier if its p95 fits, holding the model, abandoned at the budget.
+
+        ``probe``: what to run in the background when the p95 does not fit and the latency
+        model's measurements are stale (see ``ExecutorConfig.probe_after_s``).
+        """
         if asyncio.get_running_loop().time() + predicted_s > end:
             skipped.append((tier, f"p95 {predicted_s * 1e3:.1f} ms does not fit"))
+            if probe is not None and self._stale():
+                self._start_probe(probe)
             return None
         try:
             async with asyncio.timeout_at(end), self._gate.urgent():
@@ -400,6 +417,39 @@ class Executor:
             log.warning("%s tier failed: %r", tier, exc)
             skipped.append((tier, f"error: {exc!r}"[:200]))
         return None
+
+    def _stale(self) -> bool:
+        """Whether the latency model has measured nothing for ``probe_after_s``."""
+        assert self._backend is not None
+        now = asyncio.get_running_loop().time()
+        seen, since = self._evidence
+        observed = self._backend.latency.observed
+        if observed != seen:
+            self._evidence = (observed, now)
+            return False
+        return now - since >= self._config.probe_after_s
+
+    def _start_probe(self, probe: Callable[[], Awaitable[object]]) -> None:
+        """Measure the model again in the background (one probe at a time)."""
+        if self._probe is not None and not self._probe.done():
+            return
+
+        async def run() -> None:
+            try:
+                await probe()
+            except Exception as exc:  # a failed probe measures nothing; the tier stays off
+                log.info("latency probe failed: %r", exc)
+
+        self._evidence = (self._evidence[0], asyncio.get_running_loop().time())
+        self._probe = asyncio.get_running_loop().create_task(run(), name="executor.probe")
+
+    async def aclose(self) -> None:
+        """Stop a latency probe under way (the agent calls this as it stops)."""
+        probe, self._probe = self._probe, None
+        if probe is not None and not probe.done():
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
 
     async def _score(
         self, context: str, text: str, end: float, skipped: list[tuple[str, str]]
@@ -434,6 +484,18 @@ class Executor:
             return None
         lat = backend.latency
         predicted = lat.call(self._config.event_tokens, lat.typical_steps()).p95
+
+        async def probe() -> None:
+            async with self._gate.background() as cancel:
+                await backend.generate(
+                    context,
+                    [text],
+                    self._schema,
+                    deadline=asyncio.get_running_loop().time() + _PROBE_S,
+                    cancel=cancel,
+                    max_new_tokens=self._config.live_max_new_tokens,
+                )
+
         gens = await self._model_call(
             "live",
             predicted,
@@ -446,6 +508,7 @@ class Executor:
                 max_new_tokens=self._config.live_max_new_tokens,
             ),
             skipped,
+            probe,
         )
         if gens is None:
             return None

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from ._agreement import FIGURES, ClockComparison, FigureGap, compare_clocks
 from ._charged import ChargedClock
 from ._fidelity import add_references
 from ._file_schema import spec_file_schema
@@ -35,13 +36,16 @@ from ._waste import (
 )
 
 __all__ = [
+    "FIGURES",
     "LEVERS",
     "PROFILES",
     "SCENARIO_KEYS",
     "STRATEGIES",
     "TRACE_HINT",
     "ChargedClock",
+    "ClockComparison",
     "Drift",
+    "FigureGap",
     "FleetRun",
     "Generate",
     "Grader",
@@ -57,6 +61,7 @@ __all__ = [
     "WasteReference",
     "add_references",
     "check_scenario",
+    "compare_clocks",
     "decode_naive",
     "decode_references",
     "event_distribution",

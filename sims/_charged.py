@@ -8,6 +8,11 @@ predicts for *that* pass -- a prefill of n tokens, or a decode pass feeding k to
 own deadline logic (not started, cut before the pass that would overshoot, cancelled at the
 next pass boundary) then runs on the charged timeline unchanged, and because one worker owns
 the model, planner and executor calls queue on it as they would on one device.
+
+What a real call pays besides its forward passes is charged too, from the profile's measured
+distributions: each call's own work (the hop to the worker, tokenizing, the grammar set-up,
+reading the output) as the call starts on the worker, and each decode pass's (the grammar mask
+per row, the argmax, the next pass's tensors) with that pass.
 """
 
 from __future__ import annotations
@@ -47,9 +52,16 @@ class ChargedClock:
     def __init__(self, loop: VirtualTimeLoop, profile: LatencyProfile, *, seed: int = 0) -> None:
         self._loop = loop
         self._law = LatencyModel(profile, fixed=True)
+        self._profile = profile
         self._rng = random.Random(seed)
+        # Decisions draw their own costs on the loop's thread: a generator of their own keeps
+        # the passes' draws (on the worker) in the same order whatever the interleaving.
+        self._select_rng = random.Random(seed + 1)
         self._log: list[Pass] | None = None
         self.charged_s = 0.0
+        """Model time charged: passes and every call's and pass's own work."""
+        self.overhead_s = 0.0
+        """The part of :attr:`charged_s` outside forward passes."""
         self.passes = 0
 
     def now(self) -> float:
@@ -63,7 +75,7 @@ class ChargedClock:
         return self._law.step(shape.tokens)
 
     def charge(self, shape: Pass) -> float:
-        """What one pass of ``shape`` costs (one draw)."""
+        """What one forward pass of ``shape`` costs (one draw)."""
         predicted = self.predict(shape)
         m, q = predicted.p50, predicted.p95
         if q <= m * (1 + 1e-9):
@@ -71,15 +83,41 @@ class ChargedClock:
         sigma = math.log(q / m) / _Z95
         return m * math.exp(sigma * self._rng.gauss(0.0, 1.0))
 
+    def overhead(self, shape: Pass) -> float:
+        """What a decode pass of ``shape`` costs outside its forward (one draw).
+
+        A prefill's own work is part of its call's (:meth:`call_cost`): 0 here.
+        """
+        p = self._profile
+        if shape.kind is not PassKind.STEP or not (p.pass_cost.quantiles or p.row_cost.quantiles):
+            return 0.0
+        u = self._rng.random()
+        return p.pass_cost.at(u) + max(shape.rows - 1, 0) * p.row_cost.at(u)
+
+    def call_cost(self) -> float:
+        """What one call's own work costs outside its passes (one draw)."""
+        cost = self._profile.call_cost
+        return cost.at(self._rng.random()) if cost.quantiles else 0.0
+
+    def select_cost(self) -> float:
+        """What one decision's own work in the executor costs (one draw, on the loop)."""
+        cost = self._profile.select_cost
+        return cost.at(self._select_rng.random()) if cost.quantiles else 0.0
+
     def timed(self, work: Callable[[], _T], shape: Pass) -> tuple[_T, float]:
-        """Compute the pass for real with time still, then spend its charge."""
+        """Compute the pass for real with time still, then spend its charge.
+
+        A decode pass is charged its own work too; returns the forward pass's seconds.
+        """
         out = work()
         if self._log is not None:
             self._log.append(shape)
         seconds = self.charge(shape)
-        self.charged_s += seconds
+        extra = self.overhead(shape)
+        self.charged_s += seconds + extra
+        self.overhead_s += extra
         self.passes += 1
-        self._loop.spend(seconds)
+        self._loop.spend(seconds + extra)
         return out, seconds
 
     def record(self) -> list[Pass]:
@@ -97,19 +135,35 @@ class ChargedClock:
         self._log = None
 
     async def replay(self, passes: list[Pass]) -> float:
-        """Charge a logged call's passes again on the loop (no model work); returns seconds."""
-        total = 0.0
+        """Charge a logged call again on the loop (no model work); returns seconds.
+
+        Its own costs, then its passes, drawn in the order computing it draws them.
+        """
+        total = self.call_cost()
+        self.charged_s += total
+        self.overhead_s += total
+        await asyncio.sleep(total)
         for shape in passes:
             seconds = self.charge(shape)
-            self.charged_s += seconds
+            extra = self.overhead(shape)
+            self.charged_s += seconds + extra
+            self.overhead_s += extra
             self.passes += 1
-            total += seconds
-            await asyncio.sleep(seconds)
+            total += seconds + extra
+            await asyncio.sleep(seconds + extra)
         return total
 
     def begin_call(self) -> None:
         """Hold virtual time while the worker starts the call."""
         self._loop.hold()
+
+    def start_call(self) -> None:
+        """The call's work starts on the worker: spend its own costs (it holds the loop)."""
+        seconds = self.call_cost()
+        self.charged_s += seconds
+        self.overhead_s += seconds
+        if seconds > 0:
+            self._loop.spend(seconds)
 
     def end_call(self) -> None:
         """The call is over: virtual time may move on."""

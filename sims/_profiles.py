@@ -7,12 +7,11 @@ all: a busy machine is refused rather than measured).
 
 from __future__ import annotations
 
-import math
-import random
-import statistics
-
 from forethought.models import LatencyProfile, TransformersBackend
 from forethought.policies import ConfigError
+
+from ._measure import measure_profile
+from ._scenario import Scenario
 
 __all__ = ["PROFILES", "measure_profile", "profile_figures", "resolve_profile"]
 
@@ -62,64 +61,33 @@ PROFILES: dict[str, LatencyProfile] = {
 
 def profile_figures(profile: LatencyProfile) -> dict[str, float]:
     """The profile in the figures people quote (for reports)."""
+    costs = {
+        "call": profile.call_cost,
+        "pass": profile.pass_cost,
+        "row": profile.row_cost,
+        "select": profile.select_cost,
+    }
     return {
         "step_ms": round(profile.step_base_s * 1e3, 4),
+        "step_per_row_ms": round(profile.step_per_row_s * 1e3, 4),
+        "prefill_ms": round(profile.prefill_base_s * 1e3, 4),
         "prefill_us_per_token": round(profile.prefill_per_token_s * 1e6, 3),
         "spread95": round(profile.spread95, 4),
+        **{
+            f"{name}_{q}_ms": round(getattr(cost, q) * 1e3, 4)
+            for name, cost in costs.items()
+            for q in ("p50", "p95")
+        },
     }
 
 
-def measure_profile(
-    backend: TransformersBackend, *, rounds: int = 5, max_spread: float = 1.5
+def resolve_profile(
+    text: str, backend: TransformersBackend | None = None, scenario: Scenario | None = None
 ) -> LatencyProfile:
-    """Measure this machine: ``rounds`` warm rounds of prefills and decode passes, medians.
-
-    Refused with a ConfigError when the rounds disagree by more than ``max_spread`` (the
-    machine is busy, and any figure would be an accident of the moment).
-    """
-    decoder = backend.decoder
-    rng = random.Random(0)
-    vocab = min(backend.loaded.tokenizer.vocab_size, 1000)
-    steps, per_token = [], []
-    clock = decoder.clock
-    for _ in range(rounds + 1):  # the first round warms up and is dropped
-        short = [[rng.randrange(5, vocab) for _ in range(16)]]
-        long = [[rng.randrange(5, vocab) for _ in range(144)]]
-        t0 = clock.now()
-        decoder.decode([], short, deadline=math.inf, max_new_tokens=1, reuse_prefix=False)
-        t1 = clock.now()
-        decoder.decode([], long, deadline=math.inf, max_new_tokens=1, reuse_prefix=False)
-        t2 = clock.now()
-        res = decoder.decode(
-            [], short, deadline=math.inf, max_new_tokens=9, reuse_prefix=False, stop_at_eos=False
-        )
-        t3 = clock.now()
-        per_token.append(max(((t2 - t1) - (t1 - t0)) / 128, 0.0))
-        steps.append(((t3 - t2) - (t1 - t0)) / max(res.passes, 1))
-    steps, per_token = steps[1:], per_token[1:]
-    spread = max(steps) / max(min(steps), 1e-9)
-    if spread > max_spread:
-        raise ConfigError(
-            "--profile",
-            "cpu-measured",
-            f"this machine is busy: decode steps varied {spread:.1f}x over {rounds} rounds "
-            f"({min(steps) * 1e3:.0f}-{max(steps) * 1e3:.0f} ms); re-run when it is quiet, or "
-            f"choose a fixed profile ({', '.join(PROFILES)})",
-        )
-    step = statistics.median(steps)
-    return LatencyProfile(
-        prefill_base_s=step,
-        prefill_per_token_s=statistics.median(per_token),
-        step_base_s=step,
-        step_per_row_s=backend.latency.profile().step_per_row_s,
-        spread95=max(1.05, min(spread, 1.5)),
-    )
-
-
-def resolve_profile(text: str, backend: TransformersBackend | None = None) -> LatencyProfile:
     """The profile ``text`` names.
 
-    A shipped profile's name, ``cpu-measured`` (needs ``backend``), or figures as
+    A shipped profile's name, ``cpu-measured`` (needs ``backend``; measures the costs outside
+    forward passes on ``scenario``'s calls when given), or figures as
     ``step_ms=X,prefill_us_per_token=Y``.
     """
     if text in PROFILES:
@@ -127,7 +95,7 @@ def resolve_profile(text: str, backend: TransformersBackend | None = None) -> La
     if text == "cpu-measured":
         if backend is None:
             raise ConfigError("--profile", text, "measuring needs the model")
-        return measure_profile(backend)
+        return measure_profile(backend, scenario=scenario, alternatives=tuple(PROFILES))
     try:
         pairs = dict(item.split("=", 1) for item in text.split(",") if item)
         return LatencyProfile.from_figures(

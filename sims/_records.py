@@ -37,6 +37,8 @@ class Record:
     nearest: str | None = None
     """An approximate tree answer's detail: borrowed across a neighbouring ``event`` key or a
     neighbouring ``state``."""
+    skipped: tuple[str, ...] = ()
+    """Why each tier before the answering one did not answer (``tier: reason``)."""
 
     @property
     def model_written(self) -> bool:
@@ -60,6 +62,7 @@ class Record:
             "nearest": self.nearest,
             "out_of_space": self.out_of_space,
             "correct": self.correct,
+            "skipped": list(self.skipped),
         }
 
 

@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 from forethought.models import (
     DecodeOptions,
     Generation,
-    LatencyModel,
     LatencyProfile,
     ModelBackend,
     Pass,
@@ -108,9 +107,10 @@ class _Strategy:
             if self.profile is None:
                 raise ValueError("a virtual replay of a real model needs a device profile")
             self.clock = ChargedClock(loop, self.profile, seed=self.seed)
-            return self.source.sharing(
-                clock=self.clock, latency=LatencyModel(self.profile, fixed=True), options=options
-            )
+            # The latency model learns from the charged passes as the real one learns from
+            # measured ones, from the same prior: a virtual live tier decides to start (or not)
+            # on what it has seen, never on the profile it could not know.
+            return self.source.sharing(clock=self.clock, options=options)
         return self.source.sharing(options=options)
 
     def record(
@@ -128,6 +128,7 @@ class _Strategy:
         nearest: str | None = None,
         out_of_space: bool = False,
         cpu_ms: float = 0.0,
+        skipped: tuple[str, ...] = (),
     ) -> None:
         """Append the record of event ``i``."""
         sc = self.scenario
@@ -150,6 +151,7 @@ class _Strategy:
                 context,
                 event_text,
                 nearest,
+                skipped,
             )
         )
 
@@ -157,7 +159,11 @@ class _Strategy:
         """The run, records in event order, with the charged model time."""
         self.run.records.sort(key=lambda r: r.index)
         if self.clock is not None:
-            self.run.model = {"passes": self.clock.passes, "charged_s": self.clock.charged_s}
+            self.run.model = {
+                "passes": self.clock.passes,
+                "charged_s": self.clock.charged_s,
+                "overhead_s": self.clock.overhead_s,
+            }
         return self.run
 
 
@@ -270,6 +276,9 @@ async def _agent_run(
                 state=ev.state,
             )
             state = agent.state if not ev.state else agent.state.patched(ev.state)
+            if st.clock is not None:
+                # The executor's own work (tree selection) costs real time on a real loop.
+                await asyncio.sleep(st.clock.select_cost())
             c0 = time.perf_counter()
             d = await agent.decide(event)
             cpu = (time.perf_counter() - c0) * 1e3
@@ -287,6 +296,7 @@ async def _agent_run(
                 nearest=d.nearest,
                 out_of_space=d.out_of_space,
                 cpu_ms=cpu,
+                skipped=tuple(f"{tier}: {why}" for tier, why in d.skipped),
             )
             progress()
 

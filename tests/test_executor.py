@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from forethought.models import ScriptedBackend
+from forethought.models import LatencyProfile, ScriptedBackend, TransformersBackend
 from forethought.policies import (
     ActionSchema,
     EventSpace,
@@ -16,8 +16,8 @@ from forethought.policies import (
     PolicyTree,
     WorldState,
 )
-from forethought.runtime import Event, Executor, ExecutorConfig, Tier
-from forethought.sims import run_virtual
+from forethought.runtime import Decision, Event, Executor, ExecutorConfig, Tier
+from forethought.sims import ChargedClock, VirtualTimeLoop, run_virtual
 
 ACTION = {
     "type": "object",
@@ -204,3 +204,55 @@ def test_exactly_one_decision_per_event_id() -> None:
     assert backend.calls == ["score"]
     assert ex.stats.duplicates == 2
     assert ex.stats.decisions == 1
+
+
+@pytest.mark.model
+def test_a_live_tier_shut_out_in_a_slow_moment_is_measured_again(
+    tiny_backend: TransformersBackend,
+) -> None:
+    """A p95 learned in a slow moment must not keep the live tier off once the model is fast.
+
+    The model's first measurements come from a busy moment (the passes took 100x their usual
+    time), so the live tier's p95 does not fit a 200 ms budget and it is not started. A tier
+    that is never started is never measured: unless the executor measures the model again,
+    the tier stays off for good while every call would now fit many times over. Virtual time,
+    a real (tiny) model charged by a fixed profile: deterministic.
+    """
+    profile = LatencyProfile(0.01, 0.0002, 0.01, 0.0005, spread95=1.1)
+
+    async def main() -> list[Decision]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        backend = tiny_backend.sharing(clock=ChargedClock(loop, profile, seed=3))
+        async with backend:
+            lat = backend.latency
+            for tokens in (150, 20):  # what a calibration in a busy moment leaves behind
+                lat.observe_prefill(tokens, 1.0 + tokens * 0.02)
+            for _ in range(2):
+                lat.observe_step(1, 1.0)
+            ex = Executor(
+                space=EventSpace.from_specs(SPACE),
+                schema=ActionSchema.from_json_schema(ACTION),
+                tree=PolicyTree(),
+                default_action={"a": "stop"},
+                description="test robot",
+                backend=backend,
+                config=ExecutorConfig(use_tree=False, use_score=False, probe_after_s=0.5),
+            )
+            decisions = []
+            for i in range(240):
+                await asyncio.sleep(0.25)
+                now = loop.time()
+                event = Event(str(i), "obstacle", {"d": 1.0}, arrived_at=now, deadline=now + 0.2)
+                decisions.append(await ex.decide(event, STATE))
+            await ex.aclose()
+        return decisions
+
+    decisions = run_virtual(main())
+
+    def shut_out(d: Decision) -> bool:
+        return any(tier == "live" and "does not fit" in why for tier, why in d.skipped)
+
+    assert shut_out(decisions[0])  # the slow moment's p95 kept the tier off at first
+    assert not any(shut_out(d) for d in decisions[-20:])  # measured again, it starts again
+    assert all(d.met for d in decisions)

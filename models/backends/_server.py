@@ -140,6 +140,11 @@ class ServerLatency:
         """Tokens a completed action has needed (median)."""
         return self.model.typical_steps(default)
 
+    @property
+    def observed(self) -> int:
+        """How many measurements the fit has been given, ever."""
+        return self.model.observed
+
 
 @dataclass(slots=True)
 class ServerStats:

@@ -1,0 +1,166 @@
+"""Virtual against real: one scenario replayed on both clocks, the gap per strategy and figure.
+
+The virtual clock is only evidence if it agrees with the wall clock where both can run. This
+replays a scenario on the virtual clock, charged by a profile (measured on this machine at the
+start, normally), then on the real clock on the same machine, and lines the figures up.
+A virtual report names the profile it was charged by; a real one names none: it used none.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from forethought.models import LatencyProfile, TransformersBackend
+
+from ._profiles import profile_figures
+from ._records import StrategyRun
+from ._replay import replay
+from ._report import metrics, table
+from ._scenario import Scenario
+
+__all__ = ["FIGURES", "ClockComparison", "FigureGap", "compare_clocks", "defaults"]
+
+FIGURES: dict[str, Callable[[dict[str, Any]], float | None]] = {
+    "answered_in_time": lambda m: m["answered_in_time"],
+    "correct_in_time": lambda m: m["correct_in_time"],
+    "fallback_rate": lambda m: m["fallback_rate"],
+    "deadline_hit_rate": lambda m: m["deadline_hit_rate"],
+}
+"""The figures compared (shares of events): the gap is in percentage points."""
+
+
+@dataclass(frozen=True, slots=True)
+class FigureGap:
+    """One figure of one strategy on both clocks (shares in [0, 1]; None: not defined)."""
+
+    strategy: str
+    figure: str
+    virtual: float | None
+    real: float | None
+
+    @property
+    def points(self) -> float | None:
+        """Virtual minus real, in percentage points."""
+        if self.virtual is None or self.real is None:
+            return None
+        return 100.0 * (self.virtual - self.real)
+
+
+@dataclass(frozen=True, slots=True)
+class ClockComparison:
+    """A scenario replayed on both clocks."""
+
+    scenario: Scenario
+    profile_name: str
+    profile: LatencyProfile
+    virtual: dict[str, StrategyRun]
+    real: dict[str, StrategyRun]
+
+    def gaps(self) -> list[FigureGap]:
+        """Every strategy's figures side by side."""
+        out: list[FigureGap] = []
+        for name in self.virtual:
+            mv, mr = metrics(self.virtual[name]), metrics(self.real[name])
+            out.extend(
+                FigureGap(name, figure, read(mv), read(mr)) for figure, read in FIGURES.items()
+            )
+        return out
+
+    def table(self) -> str:
+        """Both clocks' tables, each naming its clock (the virtual one its profile), and the gap."""
+        lines = [
+            f"virtual clock, profile {self.profile_name}",
+            table(self.scenario, self.virtual),
+            "",
+            "real clock (no profile: passes take the time they take)",
+            table(self.scenario, self.real),
+            "",
+            "gap (virtual - real), percentage points",
+            f"{'strategy':<12}{'figure':<20}{'virtual':>10}{'real':>10}{'gap':>8}",
+        ]
+        lines += [
+            f"{g.strategy:<12}{g.figure:<20}{_pc(g.virtual):>10}{_pc(g.real):>10}"
+            f"{_pts(g.points):>8}"
+            for g in self.gaps()
+        ]
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        """Both clocks' figures and the gaps (the virtual side names its profile)."""
+        return {
+            "scenario": self.scenario.name,
+            "seed": self.scenario.seed,
+            "virtual": {
+                "clock": "virtual",
+                "profile": {"name": self.profile_name, **profile_figures(self.profile)},
+                "strategies": {k: metrics(v) for k, v in self.virtual.items()},
+                "defaults": {k: defaults(v) for k, v in self.virtual.items()},
+            },
+            "real": {
+                "clock": "real",
+                "strategies": {k: metrics(v) for k, v in self.real.items()},
+                "defaults": {k: defaults(v) for k, v in self.real.items()},
+            },
+            "gaps": [
+                {
+                    "strategy": g.strategy,
+                    "figure": g.figure,
+                    "virtual": g.virtual,
+                    "real": g.real,
+                    "points": g.points,
+                }
+                for g in self.gaps()
+            ],
+        }
+
+
+def defaults(run: StrategyRun) -> dict[str, Any]:
+    """Why each event that got the default got it: the last tier's reason.
+
+    Counted by kind (figures left out) and listed per event (index, reason with its figures).
+    """
+    events = [
+        (r.index, r.skipped[-1] if r.skipped else "no tier ran")
+        for r in run.records
+        if not r.model_written
+    ]
+    kinds = Counter(re.sub(r"[0-9.]+ ms", "N ms", why) for _, why in events)
+    return {"by_reason": dict(kinds.most_common()), "events": events}
+
+
+def _pc(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def _pts(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1f}"
+
+
+def compare_clocks(
+    scenario: Scenario,
+    backend: TransformersBackend,
+    *,
+    strategies: tuple[str, ...],
+    profile_name: str,
+    profile: LatencyProfile,
+    seed: int | None = None,
+    progress: Callable[[], None] = lambda: None,
+) -> ClockComparison:
+    """Replay ``scenario`` on the virtual clock (charged by ``profile``), then the real one."""
+    virtual = replay(
+        scenario,
+        backend,
+        strategies=strategies,
+        clock="virtual",
+        profile=profile,
+        seed=seed,
+        progress=progress,
+    )
+    real = replay(
+        scenario, backend, strategies=strategies, clock="real", seed=seed, progress=progress
+    )
+    return ClockComparison(scenario, profile_name, profile, virtual, real)

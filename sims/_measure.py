@@ -1,0 +1,265 @@
+"""Measuring this machine: the forward-pass law and everything a real call pays besides.
+
+``cpu-measured`` is what a virtual replay charges when it should agree with the wall clock on
+this machine. Three groups of figures, each from warm work only (the first round of every
+shape is run and dropped: a first pass pays one-off set-up a replay never pays again):
+
+* **forward passes** -- prefills of a short and a long prompt, and decode passes of one row and
+  of sixteen rows (the planner's batches), fitted by the same robust law the runtime's latency
+  model fits (Theil-Sen over tokens fed per pass);
+* **a call's own costs** -- live-shaped calls (the scenario's schema and prompts, cached prefix,
+  grammar, jump-forward) made through the real path, awaited on an event loop: the call's wall
+  time minus its forward passes is the hop to the worker thread and back, tokenizing, the
+  grammar's set-up and reading the output (:attr:`LatencyProfile.call_cost`); the gap before
+  each decode pass is that pass's own work (the grammar mask, the argmax, the next tensors:
+  :attr:`LatencyProfile.pass_cost`), and how it grows with rows in a sixteen-row call is
+  :attr:`LatencyProfile.row_cost`;
+* **tree selection** -- the executor deciding events from a filled tree, from the moment the
+  event is handed over to the decision (:attr:`LatencyProfile.select_cost`).
+
+Each cost keeps its measured distribution (:class:`~forethought.planner.Cost`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from forethought.models import (
+    Cost,
+    LatencyModel,
+    LatencyProfile,
+    Pass,
+    PassKind,
+    TransformersBackend,
+    state_context,
+)
+from forethought.policies import ActionSchema, ConfigError, PolicyNode, PolicyTree
+from forethought.runtime import Event, Executor, Tier
+
+from ._scenario import Scenario
+
+__all__ = ["measure_profile"]
+
+_T = TypeVar("_T")
+_BATCH = 16  # the planner's batch size (PlannerConfig.batch_size's default)
+
+
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    """One forward pass as it ran: its shape, and when it started and ended."""
+
+    shape: Pass
+    start: float
+    end: float
+
+
+class _PassLog:
+    """A real clock (the event loop's: monotonic) that notes every forward pass it times."""
+
+    def __init__(self) -> None:
+        self.passes: list[_Timed] = []
+
+    def now(self) -> float:
+        """Monotonic seconds, the clock asyncio's loops read."""
+        return time.monotonic()
+
+    def timed(self, work: Callable[[], _T], shape: Pass) -> tuple[_T, float]:
+        """Run the pass, note it, return its seconds."""
+        start = time.monotonic()
+        out = work()
+        end = time.monotonic()
+        self.passes.append(_Timed(shape, start, end))
+        return out, end - start
+
+    def begin_call(self) -> None:
+        """Nothing to note: real time passes by itself."""
+
+    def start_call(self) -> None:
+        """Nothing to note: real time passes by itself."""
+
+    def end_call(self) -> None:
+        """Nothing to note: real time passes by itself."""
+
+
+@dataclass(slots=True)
+class _CallSamples:
+    """What the calls measured: per-call and per-pass costs outside the forward passes."""
+
+    call: list[float]
+    pass_gaps: list[tuple[int, float]]  # (rows of the pass, the gap before it)
+
+
+def _split(wall: float, passes: Sequence[_Timed]) -> tuple[float, list[tuple[int, float]]]:
+    """A call's wall time minus its forward passes and the gaps before its decode passes."""
+    gaps = [
+        (p.shape.rows, max(p.start - before.end, 0.0))
+        for before, p in itertools.pairwise(passes)
+        if p.shape.kind is PassKind.STEP
+    ]
+    forward = sum(p.end - p.start for p in passes)
+    return wall - forward - sum(g for _, g in gaps), gaps
+
+
+async def _measure_calls(
+    backend: TransformersBackend,
+    log: _PassLog,
+    schema: ActionSchema,
+    context: str,
+    events: Sequence[str],
+    rounds: int,
+) -> _CallSamples:
+    """Live-shaped calls (one event) and planner-shaped ones (sixteen), awaited on this loop."""
+    loop = asyncio.get_running_loop()
+    out = _CallSamples([], [])
+    async with backend:
+        await backend.prepare(schema)
+        batch = [events[i % len(events)] + f" #{i}" for i in range(_BATCH)]
+        shapes = [[e] for e in events] * 2 + [batch] * max(rounds // 2, 2)
+        for k, rows in enumerate([shapes[0], batch, *shapes]):
+            log.passes.clear()
+            t0 = loop.time()
+            await backend.generate(context, rows, schema, deadline=math.inf, max_new_tokens=48)
+            wall = loop.time() - t0
+            if k < 2:
+                continue  # each shape's first call warms it up
+            call, gaps = _split(wall, log.passes)
+            out.pass_gaps.extend(gaps)
+            if len(rows) == 1:
+                out.call.append(call)
+    return out
+
+
+def _law(backend: TransformersBackend, log: _PassLog, rounds: int) -> tuple[LatencyModel, float]:
+    """Fit the forward-pass law on plain prefills and 1- and 16-row decode passes.
+
+    Returns the fitted model and the spread of the rounds' median 1-row steps (max / min).
+    """
+    decoder = backend.decoder
+    rng = random.Random(0)
+    vocab = min(backend.loaded.tokenizer.vocab_size, 1000)
+    fit = LatencyModel()
+    step_medians = []
+    for r in range(rounds + 1):  # the first round warms up and is dropped
+        log.passes.clear()
+        for length, rows, steps in ((16, 1, 1), (144, 1, 1), (16, 1, 9), (16, _BATCH, 5)):
+            batch = [[rng.randrange(5, vocab) for _ in range(length)] for _ in range(rows)]
+            decoder.decode(
+                [],
+                batch,
+                deadline=math.inf,
+                max_new_tokens=steps,
+                reuse_prefix=False,
+                stop_at_eos=False,
+            )
+        if r == 0:
+            continue
+        ones = []
+        for p in log.passes:
+            seconds = p.end - p.start
+            if p.shape.kind is PassKind.PREFILL:
+                fit.observe_prefill(p.shape.tokens, seconds)
+            else:
+                fit.observe_step(p.shape.tokens, seconds)
+                if p.shape.tokens == 1:
+                    ones.append(seconds)
+        step_medians.append(statistics.median(ones))
+    spread = max(step_medians) / max(min(step_medians), 1e-9)
+    return fit, spread
+
+
+def _selection(scenario: Scenario, rounds: int) -> Cost:
+    """Time the executor deciding the scenario's events from a tree that holds them all."""
+    spec = scenario.spec
+    schema, space, state = spec.action_schema(), spec.event_space(), spec.initial_state()
+    action = schema.readable(schema.validate(spec.default_action))
+    tree = PolicyTree()
+    keys = [k for e in scenario.events() if (k := space.key(e.type, e.params)) is not None]
+    for key in dict.fromkeys(keys):
+        fp = state.fingerprint_for(key.type)
+        tree.insert(PolicyNode(fp, key, dict(action), "", 1.0, "measure", 0, 0.0, 0.0))
+    executor = Executor(
+        space=space,
+        schema=schema,
+        tree=tree,
+        default_action=spec.default_action,
+        description=spec.description,
+    )
+    events = [e for e in scenario.events() if space.key(e.type, e.params) is not None]
+
+    async def run() -> list[float]:
+        loop = asyncio.get_running_loop()
+        seconds = []
+        for i in range(max(rounds, 1) * 40):
+            ev = events[i % len(events)]
+            now = loop.time()
+            event = Event(f"m{i}", ev.type, dict(ev.params), arrived_at=now, deadline=now + 60)
+            decision = await asyncio.create_task(executor.decide(event, state))
+            if decision.tier is Tier.TREE:
+                seconds.append(loop.time() - now)
+        return seconds[len(seconds) // 10 :]  # the first tenth warms caches up
+
+    return Cost.measured(asyncio.run(run())) if events else Cost()
+
+
+def measure_profile(
+    backend: TransformersBackend,
+    *,
+    scenario: Scenario | None = None,
+    rounds: int = 5,
+    max_spread: float = 1.5,
+    alternatives: Sequence[str] = (),
+) -> LatencyProfile:
+    """Measure this machine: warm rounds of passes, calls and decisions (see the module).
+
+    The calls and decisions are the ``scenario``'s (its schema, its prompts, its events); with
+    none, a call's own costs and tree selection are not measured (left free). Refused with a
+    ConfigError when the rounds' decode steps disagree by more than ``max_spread`` (the machine
+    is busy, and any figure would be an accident of the moment).
+    """
+    log = _PassLog()
+    twin = backend.sharing(clock=log)
+    fit, spread = _law(twin, log, rounds)
+    if spread > max_spread:
+        others = f" ({', '.join(alternatives)})" if alternatives else ""
+        raise ConfigError(
+            "--profile",
+            "cpu-measured",
+            f"this machine is busy: decode steps varied {spread:.1f}x over {rounds} rounds; "
+            f"re-run when it is quiet, or choose a fixed profile{others}",
+        )
+    law = fit.profile()
+    profile = replace(law, spread95=max(1.05, min(law.spread95, 1.5)))
+    if scenario is None:
+        return profile
+    spec = scenario.spec
+    context = state_context(spec.description, spec.initial_state().to_json())
+    space = spec.event_space()
+    texts = [k.describe() for e in scenario.events()[:8] if (k := space.key(e.type, e.params))]
+    samples = asyncio.run(
+        _measure_calls(
+            backend.sharing(clock=log),
+            log,
+            spec.action_schema(),
+            context,
+            texts or ["event"],
+            rounds,
+        )
+    )
+    one = [g for rows, g in samples.pass_gaps if rows == 1]
+    base = statistics.median(one) if one else 0.0
+    per_row = [(g - base) / (rows - 1) for rows, g in samples.pass_gaps if rows > 1]
+    return replace(
+        profile,
+        call_cost=Cost.measured(samples.call),
+        pass_cost=Cost.measured(one),
+        row_cost=Cost.measured(per_row),
+        select_cost=_selection(scenario, rounds),
+    )
