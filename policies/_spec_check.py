@@ -105,8 +105,42 @@ def _pydantic_problems(exc: ValidationError, prefix: str) -> list[Problem]:
         if err["type"] == "missing":
             out.append(Problem("error", path, None, "required key is missing", "add it"))
             continue
-        out.append(Problem("error", path or "spec", err.get("input"), msg))
+        out.append(Problem("error", path or "spec", err.get("input"), msg, _fix(err)))
     return out
+
+
+_KINDS = {
+    "float": "a number",
+    "int": "a whole number",
+    "string": "a string",
+    "bool": "true or false",
+    "dict": "a mapping",
+    "list": "a list",
+}
+
+
+def _fix(err: Any) -> str:
+    """What to write instead, from a pydantic error's type and context."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    bounds = {
+        "greater_than": ("> ", "gt"),
+        "greater_than_equal": (">= ", "ge"),
+        "less_than": ("< ", "lt"),
+        "less_than_equal": ("<= ", "le"),
+    }
+    if kind in bounds:
+        op, key = bounds[kind]
+        return f"give a number {op}{ctx.get(key)}"
+    if kind == "string_too_short":
+        return "give a non-empty string"
+    if kind == "too_short":
+        return f"give at least {ctx.get('min_length', 1)}"
+    if kind == "extra_forbidden":
+        return "remove it"
+    for prefix, what in _KINDS.items():
+        if kind.startswith(prefix):
+            return f"give {what}"
+    return ""
 
 
 def _validate(
