@@ -25,7 +25,7 @@ from ._errors import (
 )
 from ._events import EventKey, EventSpace, EventType, Grid
 from ._spec import AgentSpec, load_document
-from ._spec_check import Problem, StateValues, check_spec, did_you_mean
+from ._spec_check import Problem, StateValues, check_spec, did_you_mean, validation_problems
 from ._state import WorldState
 from ._tree import PolicyNode, PolicyTree
 
@@ -65,4 +65,5 @@ __all__ = [
     "did_you_mean",
     "first_problem",
     "load_document",
+    "validation_problems",
 ]

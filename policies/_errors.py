@@ -57,6 +57,7 @@ __all__ = [
     "ServerReplyError",
     "ServerUnavailable",
     "SnapshotError",
+    "error_path",
     "first_problem",
 ]
 
@@ -209,10 +210,15 @@ def first_problem(exc: ValidationError, prefix: str = "") -> tuple[str, object, 
     pydantic's union-member tags such as ``list[str]`` are left out).
     """
     err = exc.errors()[0]
+    return error_path(err["loc"], prefix), err.get("input"), err["msg"]
+
+
+def error_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
+    """A pydantic error location as the source document reads: ``events[0].params.x``."""
     path = prefix
-    for part in err["loc"]:
+    for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
         elif "[" not in part:
             path += f".{part}" if path else part
-    return path, err.get("input"), err["msg"]
+    return path

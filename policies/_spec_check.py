@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ._errors import ForethoughtError
+from ._errors import ForethoughtError, error_path
 
-__all__ = ["Problem", "StateValues", "check_spec", "did_you_mean"]
+__all__ = ["Problem", "StateValues", "check_spec", "did_you_mean", "validation_problems"]
 
 Severity = Literal["error", "warning"]
 
@@ -92,21 +92,62 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
     return f"known: {', '.join(options)}" if options else "none is declared"
 
 
-def _pydantic_problems(exc: ValidationError, prefix: str) -> list[Problem]:
+def validation_problems(
+    exc: ValidationError, prefix: str, known: Collection[str] = ()
+) -> list[Problem]:
+    """Every problem of a pydantic error, at its path.
+
+    An unknown key gets a did-you-mean among ``known``, a missing key "add it", any other
+    what to write where it can be said.
+    """
     out = []
     for err in exc.errors():
-        path = prefix
-        for part in err["loc"]:
-            if isinstance(part, int):
-                path += f"[{part}]"
-            elif "[" not in part:
-                path += f".{part}" if path else part
-        msg = err["msg"].removeprefix("Value error, ")
+        path = error_path(err["loc"], prefix)
         if err["type"] == "missing":
             out.append(Problem("error", path, None, "required key is missing", "add it"))
-            continue
-        out.append(Problem("error", path or "spec", err.get("input"), msg))
+        elif err["type"] == "extra_forbidden" and known:
+            word = str(err["loc"][-1])
+            out.append(
+                Problem("error", path, err.get("input"), "unknown key", did_you_mean(word, known))
+            )
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            out.append(Problem("error", path or "spec", err.get("input"), msg, _fix(err)))
     return out
+
+
+_KINDS = {
+    "float": "a number",
+    "int": "a whole number",
+    "string": "a string",
+    "bool": "true or false",
+    "dict": "a mapping",
+    "list": "a list",
+}
+
+
+def _fix(err: Any) -> str:
+    """What to write instead, from a pydantic error's type and context."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    bounds = {
+        "greater_than": ("> ", "gt"),
+        "greater_than_equal": (">= ", "ge"),
+        "less_than": ("< ", "lt"),
+        "less_than_equal": ("<= ", "le"),
+    }
+    if kind in bounds:
+        op, key = bounds[kind]
+        return f"give a number {op}{ctx.get(key)}"
+    if kind == "string_too_short":
+        return "give a non-empty string"
+    if kind == "too_short":
+        return f"give at least {ctx.get('min_length', 1)}"
+    if kind == "extra_forbidden":
+        return "remove it"
+    for prefix, what in _KINDS.items():
+        if kind.startswith(prefix):
+            return f"give {what}"
+    return ""
 
 
 def _validate(
@@ -115,7 +156,7 @@ def _validate(
     try:
         return model.model_validate(data), []
     except ValidationError as exc:
-        return None, _pydantic_problems(exc, prefix)
+        return None, validation_problems(exc, prefix)
 
 
 class _Checker:
@@ -164,7 +205,7 @@ class _Checker:
         try:
             AgentSpec.model_validate(fields)
         except ValidationError as exc:
-            for p in _pydantic_problems(exc, ""):
+            for p in validation_problems(exc, ""):
                 if p.path.split(".")[0].split("[")[0] in fields and not p.path.startswith(
                     ("events", "action", "default_action")
                 ):

@@ -23,6 +23,7 @@ from forethought.policies import (
     StateValues,
     check_spec,
     did_you_mean,
+    validation_problems,
 )
 
 from ._grading import Grader
@@ -41,29 +42,8 @@ def _model_problems(model: type[BaseModel], data: Any, where: str) -> list[Probl
     try:
         model.model_validate(data)
     except ValidationError as exc:
-        out = []
-        for err in exc.errors():
-            path = where + "".join(
-                f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"] if "[" not in str(p)
-            )
-            if err["type"] == "extra_forbidden":
-                name = str(err["loc"][-1])
-                known = list(model.model_fields)
-                out.append(
-                    Problem(
-                        "error",
-                        path,
-                        err.get("input"),
-                        "unknown key",
-                        did_you_mean(name, [k for k in known if k != "grader"]),
-                    )
-                )
-            elif err["type"] == "missing":
-                out.append(Problem("error", path, None, "required key is missing", "add it"))
-            else:
-                msg = err["msg"].removeprefix("Value error, ")
-                out.append(Problem("error", path, err.get("input"), msg))
-        return out
+        known = [k for k in model.model_fields if k != "grader"]
+        return validation_problems(exc, where, known)
     return []
 
 
