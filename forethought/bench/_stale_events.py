@@ -342,9 +342,9 @@ async def run_stale_events(
             order = ["agent"] * agent_kills + ["broker"] * broker_restarts
             rng.shuffle(order)
             gaps = [rng.uniform(*gap_s) for _ in order]
-            n = int(hz * (sum(gaps) + 30.0 * agent_kills + 10.0 * broker_restarts + 5.0))
+            # Sends until the faults are over (then cancelled): however long restarts take.
             sender = tg.create_task(
-                _sender(broker.port, agent_id, n, hz, deadlines_ms, sent), name="s"
+                _sender(broker.port, agent_id, 2**62, hz, deadlines_ms, sent), name="s"
             )
             rows = []
             for what, gap in zip(order, gaps, strict=True):
