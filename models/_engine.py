@@ -1,8 +1,9 @@
 """Which engine runs a local model: the managed llama-server or the torch decoder.
 
 ``auto`` picks the managed llama.cpp server for a GGUF (the embedded default is one) on a
-machine without CUDA, when our build of it exists: on our 2-core CPU it decodes the embedded
-model several times faster than the torch decoder (docs/results/engine.md). The torch decoder
+machine without CUDA, when our build of it exists: on a 2-core CPU it decodes the embedded model
+several times faster than the torch decoder (``benchmarks/engine.py`` measures both side by
+side). The torch decoder
 stays the engine for CUDA and for Hugging Face model directories, and whenever the build is
 missing -- building it is a set-up step, never a surprise at run time, so the choice then says
 once which command builds it.
