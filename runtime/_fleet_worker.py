@@ -248,11 +248,16 @@ class FleetWorker:
 
     async def _create(self, kv: KeyValue, record: BranchRecord) -> bool:
         """Write ``record`` unless its key is there already; returns whether it was written."""
+        value = record.encode()
         try:
-            await kv.create(record.key, record.encode())
+            await kv.create(record.key, value)
         except nats.js.errors.KeyWrongLastSequenceError:
-            self.stats.already_written += 1
-            return False
+            held = await kv.get(record.key)
+            if held.value != value:
+                self.stats.already_written += 1
+                return False
+            # Our own write, stored, whose acknowledgement was lost (a timeout, a failover):
+            # the retry finds it there. It is written, once.
         self.wrote.append(record.key)
         return True
 
