@@ -75,7 +75,14 @@ def _scenario(s: dict[str, Any]) -> list[str]:
     for clock in ("virtual", "real"):
         for name, d in s[clock]["defaults"].items():
             reasons = "; ".join(f"{why}: {n}" for why, n in d["by_reason"].items()) or "none"
-            lines.append(f"- {name}, {clock} clock: {reasons}")
+            live = d["live_answers_ms"]
+            took = (
+                f" (the {live['n']} live answers took {live['p50']:.0f} ms p50, "
+                f"{live['p95']:.0f} ms p95 from the stimulus)"
+                if live["n"]
+                else ""
+            )
+            lines.append(f"- {name}, {clock} clock: {reasons}{took}")
     return [*lines, ""]
 
 

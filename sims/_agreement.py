@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from forethought.models import LatencyProfile, TransformersBackend
+import numpy as np
+
+from forethought.planner import LatencyProfile, TransformersBackend
 
 from ._profiles import profile_figures
 from ._records import StrategyRun
@@ -121,15 +123,26 @@ class ClockComparison:
 def defaults(run: StrategyRun) -> dict[str, Any]:
     """Why each event that got the default got it: the last tier's reason.
 
-    Counted by kind (figures left out) and listed per event (index, reason with its figures).
+    Counted by kind (figures left out) and listed per event (index, reason with its figures,
+    the budget it had); with what the live calls that did answer took, stimulus to action.
     """
     events = [
-        (r.index, r.skipped[-1] if r.skipped else "no tier ran")
+        (r.index, r.skipped[-1] if r.skipped else "no tier ran", r.budget_ms)
         for r in run.records
         if not r.model_written
     ]
-    kinds = Counter(re.sub(r"[0-9.]+ ms", "N ms", why) for _, why in events)
-    return {"by_reason": dict(kinds.most_common()), "events": events}
+    kinds = Counter(re.sub(r"[0-9.]+ ms", "N ms", why) for _, why, _ in events)
+    answered = [r.latency_ms for r in run.records if r.tier == "live"]
+    return {
+        "by_reason": dict(kinds.most_common()),
+        "events": [{"index": i, "reason": why, "budget_ms": b} for i, why, b in events],
+        "live_answers_ms": {
+            "n": len(answered),
+            "p50": float(np.quantile(answered, 0.5)) if answered else None,
+            "p95": float(np.quantile(answered, 0.95)) if answered else None,
+            "max": max(answered, default=None),
+        },
+    }
 
 
 def _pc(x: float | None) -> str:

@@ -220,7 +220,9 @@ def measure_profile(
     """Measure this machine: warm rounds of passes, calls and decisions (see the module).
 
     The calls and decisions are the ``scenario``'s (its schema, its prompts, its events); with
-    none, a call's own costs and tree selection are not measured (left free). Refused with a
+    none, a call's own costs and tree selection are not measured (left free). A schema whose
+    actions need no decode pass (one enum field: the first token decides, the grammar writes
+    the rest) leaves the pass costs empty: its calls never pay them. Refused with a
     ConfigError when the rounds' decode steps disagree by more than ``max_spread`` (the machine
     is busy, and any figure would be an accident of the moment).
     """

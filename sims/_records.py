@@ -39,6 +39,8 @@ class Record:
     neighbouring ``state``."""
     skipped: tuple[str, ...] = ()
     """Why each tier before the answering one did not answer (``tier: reason``)."""
+    budget_ms: float | None = None
+    """What the executor had left when the event reached it (deadline - margin - arrival)."""
 
     @property
     def model_written(self) -> bool:

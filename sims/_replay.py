@@ -129,6 +129,7 @@ class _Strategy:
         out_of_space: bool = False,
         cpu_ms: float = 0.0,
         skipped: tuple[str, ...] = (),
+        budget_ms: float | None = None,
     ) -> None:
         """Append the record of event ``i``."""
         sc = self.scenario
@@ -152,6 +153,7 @@ class _Strategy:
                 event_text,
                 nearest,
                 skipped,
+                budget_ms,
             )
         )
 
@@ -297,6 +299,7 @@ async def _agent_run(
                 out_of_space=d.out_of_space,
                 cpu_ms=cpu,
                 skipped=tuple(f"{tier}: {why}" for tier, why in d.skipped),
+                budget_ms=d.budget_s * 1e3,
             )
             progress()
 

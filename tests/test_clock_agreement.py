@@ -28,10 +28,13 @@ SCENARIO: dict[str, Any] = {
     "description": "You steer a small robot. Stop for obstacles that are close, else go on.",
     "action": {
         "type": "object",
-        "properties": {"a": {"enum": ["stop", "slow", "go"]}},
-        "required": ["a"],
+        "properties": {
+            "a": {"enum": ["stop", "slow", "go"]},
+            "lamp": {"enum": ["off", "blink", "on"]},
+        },
+        "required": ["a", "lamp"],
     },
-    "default_action": {"a": "stop"},
+    "default_action": {"a": "stop", "lamp": "on"},
     "events": [
         {
             "type": "obstacle",
