@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from forethought.planner import LatencyProfile, TransformersBackend
+from forethought.models import LatencyProfile, TransformersBackend
 
 from ._profiles import profile_figures
 from ._records import StrategyRun
