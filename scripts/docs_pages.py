@@ -82,6 +82,8 @@ def render_matrix(data: dict[str, Any]) -> str:
     lines += [f"Each cell: {data['unit']}.", ""]
     rows = [[r["scenario"], r["profile"], *(_cell(r[s]) for s in STRATEGIES)] for r in data["rows"]]
     lines += _table(["scenario", "profile", *STRATEGIES], rows)
+    if data.get("notes"):
+        lines += [data["notes"], ""]
     return _generated("docs/results/matrix.json") + "\n".join(lines)
 
 
