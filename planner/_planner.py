@@ -284,6 +284,12 @@ class Planner:
         return self._agreement
 
     @property
+    def pending_retries(self) -> int:
+        """Branches backed off after a failed round, waiting for their retry time."""
+        now = self._now()
+        return sum(at > now for at, _ in self._retry_at.values())
+
+    @property
     def mean_gap_s(self) -> float | None:
         """The mean time between observed events (None before two have been seen)."""
         return self._mean_gap_s

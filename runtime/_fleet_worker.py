@@ -195,15 +195,24 @@ class FleetWorker:
 
     async def claim(self, branches: Sequence[Branch]) -> list[Branch]:
         """Claim each branch with create-if-absent; returns the ones won."""
-        kv = await self.fleet.js.key_value(self.names.claims)
         won: list[Branch] = []
         now = asyncio.get_running_loop().time()
+        try:
+            kv = await self.fleet.js.key_value(self.names.claims)
+        except NATS_ERRORS as exc:
+            log.info("claiming failed (%s); retrying later", exc)
+            return won
         for branch in branches:
             key = branch_key(branch.fingerprint, branch.key)
             try:
                 await kv.create(key, self.worker_id.encode())
             except nats.js.errors.KeyWrongLastSequenceError:
-                if await self._holds(kv, key):
+                try:
+                    ours = await self._holds(kv, key)
+                except NATS_ERRORS as exc:
+                    log.info("reading a claim failed (%s); retrying later", exc)
+                    break
+                if ours:
                     won.append(branch)  # ours from an earlier round that wrote nothing
                     continue
                 self.stats.claimed_elsewhere += 1

@@ -125,7 +125,11 @@ async def settled(workers: list[FleetWorker], quiet_s: float = 1.0, timeout_s: f
     end = loop.time() + timeout_s
     quiet_since: float | None = None
     while True:
-        idle = all(w.planner.sleeping and not w.pending_writes for w in workers)
+        # Sleeping is not done: a planner backing off after a failed round sleeps too.
+        idle = all(
+            w.planner.sleeping and not w.pending_writes and not w.planner.pending_retries
+            for w in workers
+        )
         now = loop.time()
         if not idle:
             quiet_since = None
