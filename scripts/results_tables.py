@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+SCENARIOS = Path(__file__).resolve().parent.parent / "sims" / "scenarios"
 
 
 def _pc(x: float | None) -> str:
@@ -82,6 +83,11 @@ def planner_waste() -> str:
         data = _load(source)
         if data is not None:
             lines += [f"## {title}", "", _provenance(data, source), "", *_waste_rows(data), ""]
+        if data is not None and source == "planner-waste.json":
+            shipped = sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
+            missing = [n for n in shipped if n not in {r["scenario"] for r in data["rows"]}]
+            if missing:
+                lines += [f"Shipped but not in this run (not measured): {', '.join(missing)}.", ""]
     return "\n".join(lines)
 
 
