@@ -8,6 +8,7 @@ to safetensors under the cache folder (``$FORETHOUGHT_CACHE``, default
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import json
@@ -160,12 +161,25 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         (tmp / _RECORD).write_text(
             json.dumps({"source": str(gguf), "seconds": time.perf_counter() - t0})
         )
-        tmp.rename(target)
-    except FileExistsError:  # another process converted it first
-        shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _publish_conversion(tmp, target)
+
+
+def _publish_conversion(tmp: Path, target: Path) -> None:
+    """Rename a finished conversion into place; if another process got there first, keep its.
+
+    Two agents (or a worker and a test run) that find the cache empty convert at once. Linux
+    refuses to rename a folder onto a non-empty one with ENOTEMPTY (EEXIST elsewhere): the
+    loser's copy is the same conversion, so it is dropped rather than failing the load.
+    """
+    try:
+        tmp.rename(target)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not (target / _RECORD).exists():
+            raise
 
 
 def load_model(

@@ -61,3 +61,37 @@ def test_bad_dtype_and_device_are_config_errors(tiny_model_dir: Path) -> None:
         TransformersBackend(model=str(tiny_model_dir), dtype="int3").load()
     with pytest.raises(ConfigError, match="device"):
         TransformersBackend(model=str(tiny_model_dir), device="cuda:99").load()
+
+
+def test_a_conversion_that_lost_the_race_keeps_the_winners(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Two processes that found the cache empty both convert; the second rename finds the
+    # folder full (ENOTEMPTY on Linux). It must load the winner's copy, not fail.
+    from forethought.models._model_source import _RECORD, _publish_conversion
+
+    target = tmp_path / "smollm2"
+    winner = tmp_path / ".convert-a"
+    winner.mkdir()
+    (winner / _RECORD).write_text("{}")
+    (winner / "model.safetensors").write_text("first")
+    _publish_conversion(winner, target)
+    loser = tmp_path / ".convert-b"
+    loser.mkdir()
+    (loser / _RECORD).write_text("{}")
+    (loser / "model.safetensors").write_text("second")
+    _publish_conversion(loser, target)
+    assert (target / "model.safetensors").read_text() == "first"
+    assert not loser.exists()  # the loser's copy is dropped, not left beside the cache
+
+
+def test_a_conversion_that_cannot_be_placed_is_an_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A full folder that is no finished conversion is not "another process won": raise.
+    from forethought.models._model_source import _RECORD, _publish_conversion
+
+    target = tmp_path / "smollm2"
+    target.mkdir()
+    (target / "stray").write_text("x")
+    tmp = tmp_path / ".convert-a"
+    tmp.mkdir()
+    (tmp / _RECORD).write_text("{}")
+    with pytest.raises(OSError, match=r"not empty|exists"):
+        _publish_conversion(tmp, target)
