@@ -397,7 +397,7 @@ async def run_stale_events(
         "hz": hz,
         "deadlines_ms": list(deadlines_ms),
         "events": len(sent.at_ns),
-        **_figures(sent, out, outages, [r["fault"] for r in rows]),
+        **_figures(sent, out, outages, [str(r["fault"]) for r in rows]),
         "last_report_age_counters": last["counters"].get("age") if last else None,
         "skews": skews,
         "send_refusal_ms": {
