@@ -177,7 +177,9 @@ async def _watch(port: int, agent: str, out: _Outcomes, ready: asyncio.Event) ->
         await asyncio.sleep(0.05)
 
 
-def _figures(sent: _Sent, out: _Outcomes, outages: list[tuple[int, int]]) -> dict[str, Any]:
+def _figures(
+    sent: _Sent, out: _Outcomes, outages: list[tuple[int, int]], faults: list[str]
+) -> dict[str, Any]:
     ids = set(sent.at_ns)
     late = [
         i
@@ -233,8 +235,20 @@ def _figures(sent: _Sent, out: _Outcomes, outages: list[tuple[int, int]]) -> dic
         "expired_at_broker": len(expired_at_broker),
         "unexplained_missing": len(unexplained),
         "unexplained_examples": unexplained[:10],
+        # Per unexplained id: the next fault after it was sent, and how long after (ms).
+        "unexplained_before_fault_ms": _before_fault(unexplained[:20], sent, outages, faults),
         "dropped_by_actuator": out.dropped_late,
     }
+
+
+def _before_fault(
+    ids: list[str], sent: _Sent, outages: list[tuple[int, int]], faults: list[str]
+) -> dict[str, tuple[str, float] | None]:
+    out: dict[str, tuple[str, float] | None] = {}
+    for i in ids:
+        after = [(a, f) for (a, _), f in zip(outages, faults, strict=True) if a >= sent.at_ns[i]]
+        out[i] = (after[0][1], round((after[0][0] - sent.at_ns[i]) / 1e6, 1)) if after else None
+    return out
 
 
 async def _skews(port: int, agent: str, skews_ms: list[float], deadline_ms: float) -> Any:
@@ -383,7 +397,7 @@ async def run_stale_events(
         "hz": hz,
         "deadlines_ms": list(deadlines_ms),
         "events": len(sent.at_ns),
-        **_figures(sent, out, outages),
+        **_figures(sent, out, outages, [str(r["fault"]) for r in rows]),
         "last_report_age_counters": last["counters"].get("age") if last else None,
         "skews": skews,
         "send_refusal_ms": {
