@@ -64,10 +64,17 @@ def main() -> None:
     parser.add_argument("--strategies", default="live,tree,hybrid")
     parser.add_argument("--events", type=int, default=None, help="each scenario's first N events")
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--dtype", default="auto")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the profile measurement")
+    parser.add_argument(
+        "--max-spread",
+        type=float,
+        default=1.5,
+        help="refuse to measure when the rounds' decode steps vary more than this (busy machine)",
+    )
     args = parser.parse_args()
     strategies = tuple(s.strip() for s in args.strategies.split(","))
-    backend = TransformersBackend(model=args.model, device="cpu")
+    backend = TransformersBackend(model=args.model, device="cpu", dtype=args.dtype)
     backend.load()
     started = time.time()
     results = []
@@ -79,7 +86,9 @@ def main() -> None:
             )
         load = os.getloadavg()[0]
         print(f"{name}: measuring this machine (load {load:.2f})", file=sys.stderr, flush=True)
-        profile = measure_profile(backend, scenario=scenario, rounds=args.rounds)
+        profile = measure_profile(
+            backend, scenario=scenario, rounds=args.rounds, max_spread=args.max_spread
+        )
         both = compare_clocks(
             scenario,
             backend,
