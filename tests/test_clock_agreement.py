@@ -13,6 +13,7 @@ import yaml
 
 from forethought._sim import run_sim
 from forethought.planner import Cost, LatencyProfile, Pass, PassKind, TransformersBackend
+from forethought.policies import ConfigError
 from forethought.sims import (
     ChargedClock,
     VirtualTimeLoop,
@@ -123,7 +124,10 @@ def test_both_clocks_agree_on_the_tiny_model(
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(SCENARIO))
     scenario = load_scenario(path)
-    profile = measure_profile(tiny_backend, scenario=scenario, rounds=2, max_spread=math.inf)
+    try:
+        profile = measure_profile(tiny_backend, scenario=scenario, rounds=3)
+    except ConfigError as exc:  # the steps varied > 1.5x: no figure would mean anything
+        pytest.skip(f"this machine is too busy to compare clocks on: {exc}")
     both = compare_clocks(
         scenario,
         tiny_backend,
