@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from forethought.planner import TransformersBackend
+from forethought.policies import ConfigError
 from forethought.sims import compare_clocks, load_scenario, measure_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,9 +87,17 @@ def main() -> None:
             )
         load = os.getloadavg()[0]
         print(f"{name}: measuring this machine (load {load:.2f})", file=sys.stderr, flush=True)
-        profile = measure_profile(
-            backend, scenario=scenario, rounds=args.rounds, max_spread=args.max_spread
-        )
+        for attempt in range(3):  # a busy moment is refused: wait it out, a little
+            try:
+                profile = measure_profile(
+                    backend, scenario=scenario, rounds=args.rounds, max_spread=args.max_spread
+                )
+                break
+            except ConfigError as exc:
+                if attempt == 2:
+                    raise
+                print(f"  {exc}; again in 20 s", file=sys.stderr, flush=True)
+                time.sleep(20)
         both = compare_clocks(
             scenario,
             backend,
