@@ -125,8 +125,10 @@ def test_both_clocks_agree_on_the_tiny_model(
     path.write_text(yaml.safe_dump(SCENARIO))
     scenario = load_scenario(path)
     try:
-        profile = measure_profile(tiny_backend, scenario=scenario, rounds=3)
-    except ConfigError as exc:  # the steps varied > 1.5x: no figure would mean anything
+        # The tiny model's passes take about a millisecond, where scheduler jitter alone moves
+        # them 1.5-2x between rounds; a busy machine moves them 10-100x.
+        profile = measure_profile(tiny_backend, scenario=scenario, rounds=3, max_spread=3.0)
+    except ConfigError as exc:  # no figure measured now would mean anything
         pytest.skip(f"this machine is too busy to compare clocks on: {exc}")
     both = compare_clocks(
         scenario,
