@@ -121,16 +121,16 @@ class ClockComparison:
 
 
 def defaults(run: StrategyRun) -> dict[str, Any]:
-    """Why each event that got the default got it: the last tier's reason.
+    """Why each event that got the default got it: the last reason of a tier that was on.
 
     Counted by kind (figures left out) and listed per event (index, reason with its figures,
     the budget it had); with what the live calls that did answer took, stimulus to action.
     """
-    events = [
-        (r.index, r.skipped[-1] if r.skipped else "no tier ran", r.budget_ms)
-        for r in run.records
-        if not r.model_written
-    ]
+    events = []
+    for r in run.records:
+        if not r.model_written:
+            on = [s for s in r.skipped if not s.endswith(": disabled")]
+            events.append((r.index, on[-1] if on else "-", r.budget_ms))
     kinds = Counter(re.sub(r"[0-9.]+ ms", "N ms", why) for _, why, _ in events)
     answered = [r.latency_ms for r in run.records if r.tier == "live"]
     return {

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from forethought._sim import run_sim
-from forethought.models import Cost, LatencyProfile, Pass, PassKind, TransformersBackend
+from forethought.planner import Cost, LatencyProfile, Pass, PassKind, TransformersBackend
+from forethought.policies import ConfigError
 from forethought.sims import (
     ChargedClock,
     VirtualTimeLoop,
@@ -123,7 +124,12 @@ def test_both_clocks_agree_on_the_tiny_model(
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(SCENARIO))
     scenario = load_scenario(path)
-    profile = measure_profile(tiny_backend, scenario=scenario, rounds=2, max_spread=math.inf)
+    try:
+        # The tiny model's passes take about a millisecond, where scheduler jitter alone moves
+        # them 1.5-2x between rounds; a busy machine moves them 10-100x.
+        profile = measure_profile(tiny_backend, scenario=scenario, rounds=3, max_spread=3.0)
+    except ConfigError as exc:  # no figure measured now would mean anything
+        pytest.skip(f"this machine is too busy to compare clocks on: {exc}")
     both = compare_clocks(
         scenario,
         tiny_backend,
