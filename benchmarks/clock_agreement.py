@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from forethought.planner import TransformersBackend
+from forethought.models import TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import compare_clocks, load_scenario, measure_profile
 
@@ -35,9 +35,7 @@ SCENARIOS = ("conveyor-sorter", "inspection-drone", "warehouse-amr")
 
 def _git(*args: str) -> str:
     git = shutil.which("git") or "git"
-    out = subprocess.run(  # noqa: S603 - our own fixed command line
-        [git, *args], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([git, *args], cwd=ROOT, capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from forethought._sim import run_sim
-from forethought.planner import Cost, LatencyProfile, Pass, PassKind, TransformersBackend
+from forethought.models import Cost, LatencyProfile, Pass, PassKind, TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
     ChargedClock,
