@@ -119,7 +119,9 @@ async def test_a_node_killed_mid_run_loses_no_branch_and_agents_keep_deciding(
 
 # Known failing (not always): after every node restarts, robot 0's offers were not written
 # within 90 s in two of four runs. The deciding-while-down half held in every run.
-@pytest.mark.xfail(reason="offers after a full-cluster restart not always written (open)")
+@pytest.mark.xfail(
+    reason="offers after a full-cluster restart not always written (open)", strict=False
+)
 async def test_all_nodes_down_agents_keep_deciding_plan_alone_and_resync(
     cluster: NatsCluster, tiny_model_dir: Path
 ) -> None:

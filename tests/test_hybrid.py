@@ -69,7 +69,7 @@ def devices() -> st.SearchStrategy[LatencyProfile]:
 
 # Known failing: the property finds a device (2 ms steps, 15 ms/token prefill, deadlines 60 and
 # 1000 ms) where hybrid answers 68 % in time and tree 82 %: hybrid >= tree is not yet true.
-@pytest.mark.xfail(reason="hybrid below tree on one generated device (open defect)")
+@pytest.mark.xfail(reason="hybrid below tree on one generated device (open defect)", strict=False)
 @pytest.mark.model
 @settings(
     max_examples=6,

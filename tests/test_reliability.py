@@ -225,7 +225,9 @@ def test_a_killed_agent_restarts_from_its_snapshot_and_loses_nothing(tiny_model_
 
 # Known failing: in the short run fewer than half the acknowledged events were acted on
 # (501 of 1631) outside the outages, besides the ones refused as stale: not yet explained.
-@pytest.mark.xfail(reason="R11 short run: too few events acted on outside outages (open)")
+@pytest.mark.xfail(
+    reason="R11 short run: too few events acted on outside outages (open)", strict=False
+)
 @pytest.mark.broker
 def test_stale_events_never_act_through_agent_and_broker_restarts(tiny_model_dir: Path) -> None:
     """R11, short: 200-500 ms deadlines at 50 Hz, ``forethought run`` SIGKILLed twice and the

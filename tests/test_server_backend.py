@@ -93,7 +93,7 @@ async def test_generate_batch_and_prefix_cache(
 
 # Known failing: the trie request's score of the winner differed from the one-request-per-
 # candidate score by 0.149 nat (the winner agreed); llama-server's scores vary across requests.
-@pytest.mark.xfail(reason="trie score of the winner off by up to 0.15 nat (open)")
+@pytest.mark.xfail(reason="trie score of the winner off by up to 0.15 nat (open)", strict=False)
 async def test_scores_agree_with_the_in_process_model(
     server: LlamaServer, robot_schema: ActionSchema, smollm2_first_load: LoadedModel
 ) -> None:
