@@ -60,6 +60,8 @@ def _measured(data: dict[str, Any]) -> list[str]:
             f"    - {', '.join(f'`{s}`' for s in src['strategies'])}: commit `{src['commit']}`, "
             f"{src['date']}, {src['rounds']} round(s), `{src['command']}` ({src['wall']}){note}",
         ]
+    if data.get("stale"):
+        out += ["", '!!! warning "Stale"', f"    {data['stale']}"]
     return [*out, ""]
 
 
@@ -101,6 +103,8 @@ def render_headline(data: dict[str, Any]) -> str:
         "All profiles and the fallback rates: [the full matrix](docs/results/matrix.md).",
         "",
     ]
+    if data.get("stale"):
+        lines += [f"**Stale:** {data['stale']}", ""]
     columns = ["scenario"] + [f"{s} ({p})" for p in ("2-core", "8B-q4") for s in STRATEGIES[1:]]
     by_key = {(r["scenario"], r["profile"]): r for r in data["rows"]}
     rows = []
