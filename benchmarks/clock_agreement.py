@@ -3,10 +3,11 @@
     python benchmarks/clock_agreement.py --json docs/results/clock-agreement.json
 
 For each scenario: measure this machine (``cpu-measured``, on the scenario's own calls), replay
-on the virtual clock charged by that profile, then on the real clock, and record both figures
-per strategy and their gap. One run per clock and scenario (a real-clock replay takes the
-scenario's own duration). ``--events N`` replays each scenario's first N events (both clocks
-the same N), so the whole run fits a quiet window on a shared machine; the JSON says so.
+on the real clock right after, then on the virtual clock charged by that profile, and record
+both figures per strategy, their gap, and each side's per-call log. One run per clock and
+scenario (a real-clock replay takes the scenario's own duration). ``--events N`` replays each
+scenario's first N events (both clocks the same N), so the whole run fits a quiet window on a
+shared machine; the JSON says so.
 Then ``python scripts/clock_agreement_md.py`` writes the results page from the JSON.
 """
 
@@ -27,7 +28,8 @@ import orjson
 
 from forethought.models import TransformersBackend
 from forethought.policies import ConfigError
-from forethought.sims import compare_clocks, load_scenario, measure_profile
+from forethought.sims import load_scenario, measure_profile
+from forethought.sims._agreement import compare_clocks
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ("conveyor-sorter", "inspection-drone", "warehouse-amr")
@@ -107,11 +109,16 @@ def main() -> None:
         results.append({**both.as_json(), "events": len(scenario.events()), "load_1m": load})
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     data = {
-        "commit": _git("rev-parse", "HEAD") + ("-dirty" if dirty else ""),
+        "title": "The simulator against the real clock",
+        "command": "python benchmarks/clock_agreement.py " + " ".join(sys.argv[1:]),
+        # The page is written from this file by its own script, not scripts/docs_pages.py.
+        "generator": "scripts/clock_agreement_md.py",
+        "commit": _git("rev-parse", "HEAD") + ("+dirty" if dirty else ""),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": _machine(),
         "model": args.model,
-        "profile": "cpu-measured (measured at the start of each scenario, on its calls)",
+        "profile": "cpu-measured (measured at the start of each scenario, on its calls; "
+        "the real replay runs right after, then the virtual one)",
         "rounds": {
             "profile_measurement": args.rounds,
             "replays": "one per clock, scenario and strategy",

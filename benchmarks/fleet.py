@@ -32,20 +32,16 @@ from pathlib import Path
 
 import nats
 
-from forethought.bench import NatsCluster, nats_server_path
 from forethought.models import ScriptedBackend
 from forethought.planner import PlannerConfig
-from forethought.policies import AgentSpec, EventKey, PolicyNode, PolicyTree
-from forethought.runtime import (
-    Agent,
-    AgentConfig,
-    BranchRecord,
-    FleetConfig,
-    FleetTree,
-    Tier,
-    ensure_fleet,
-    prompt_hash,
-)
+from forethought.policies import AgentSpec
+from forethought.policies._events import EventKey
+from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.runtime import Agent, AgentConfig, FleetConfig, Tier
+from forethought.runtime._fleet_record import BranchRecord, prompt_hash
+from forethought.runtime._fleet_tree import FleetTree
+from forethought.runtime._fleet_worker import ensure_fleet
+from forethought.testing import NatsCluster, nats_server_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -254,6 +250,10 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
     data = {
+        "title": "Fleet: propagation and tree hits through a node loss",
+        "command": "python benchmarks/fleet.py",
+        "generator": "benchmarks/fleet.py",  # it writes its own page, from this file
+        "profile": "none: NATS propagation and tree selection, no model",
         "commit": commit,
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),

@@ -65,6 +65,7 @@ if _typing.TYPE_CHECKING:
     )
 
 __version__ = "0.1.0"
+"""The package's version (the distribution's, as pyproject.toml gives it)."""
 
 _LAYER = {
     "forethought.policies": (

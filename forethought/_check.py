@@ -14,18 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from forethought.models import LatencyModel, state_context
+from forethought.models import LatencyModel
+from forethought.models._prompt import state_context
 from forethought.planner import PlannerConfig
-from forethought.policies import (
-    AgentSpec,
-    ConfigError,
-    ForethoughtError,
-    Problem,
-    WorldState,
-    check_spec,
-    load_document,
-)
-from forethought.sims import PROFILES, SCENARIO_KEYS, check_scenario
+from forethought.policies import AgentSpec, ConfigError, ForethoughtError
+from forethought.policies._spec import load_document
+from forethought.policies._spec_check import Problem, check_spec
+from forethought.policies._state import WorldState
+from forethought.sims import PROFILES
+from forethought.sims._scenario import SCENARIO_KEYS
+from forethought.sims._scenario_check import check_scenario
 
 __all__ = ["CheckResult", "PlanCost", "plan_cost", "run_check"]
 

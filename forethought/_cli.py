@@ -55,18 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--suite",
         default="model",
-        choices=["model", "planner", "executor", "reliability", "engine", "all"],
+        choices=["model", "planner", "executor", "engine", "all"],
         help="model: the latency law and model layer; planner: the idle-time planner; "
-        "executor: the critical path while the planner is busy; reliability: abuse and what "
-        "must hold under it (not part of all); engine: torch vs the managed llama-server vs "
-        "a plain one beside the bandwidth floor (not part of all)",
-    )
-    bench.add_argument(
-        "--load-minutes",
-        type=float,
-        default=None,
-        metavar="MIN",
-        help="reliability: how long R1's load and R7's memory watch run (default 10)",
+        "executor: the critical path while the planner is busy; engine: torch vs the managed "
+        "llama-server vs a plain one beside the bandwidth floor (not part of all)",
     )
     bench.add_argument(
         "--rounds", type=int, default=5, help="engine: interleaved rounds (medians over them)"
@@ -165,6 +157,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N[,N...]",
         help="replay fleets of N robots (N seeds of the trace) sharing one planner, e.g. 1,4,16",
+    )
+    sim.add_argument(
+        "--fleet-states",
+        choices=["shared", "disjoint"],
+        default="shared",
+        help="with --fleet: robots in the scenario's states (shared) or each at a site of "
+        "its own, so no two robots' states overlap (disjoint)",
     )
     return parser
 
@@ -394,6 +393,7 @@ def _sim(args: argparse.Namespace) -> None:
         run_fleet_sim(
             scenario_path=args.scenario,
             sizes=fleet_sizes(args.fleet),
+            states=args.fleet_states,
             profile=args.profile,
             model=args.model,
             device=args.device,
@@ -472,7 +472,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json_path=args.json,
                 suite=args.suite,
                 backend_url=args.backend,
-                load_minutes=args.load_minutes,
             )
         elif args.command == "sim":
             _sim(args)
@@ -528,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_tree(args.file, state=args.state, snapshot=args.snapshot, out=sys.stdout)
         elif args.command == "schema":
-            from forethought.sims import spec_file_schema  # noqa: PLC0415
+            from forethought.sims._file_schema import spec_file_schema  # noqa: PLC0415
 
             print(orjson.dumps(spec_file_schema(), option=orjson.OPT_INDENT_2).decode())
     except ForethoughtError as exc:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import signal
 import socket
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -26,16 +25,19 @@ from forethought.runtime import (
     MqttBus,
     MqttConfig,
     MqttSecurity,
+    Topics,
     ZenohBus,
     ZenohConfig,
     ZenohSecurity,
     expiry_properties,
-    parse_broker_url,
-    payload_bytes,
     stamp_event,
     zenoh_config,
 )
+from forethought.runtime.transports._mqtt import payload_bytes
+from forethought.runtime.transports._mqtt_security import parse_broker_url
 from forethought.sims import load_spec
+
+from ._start_display import StartDisplay
 
 __all__ = [
     "Refused",
@@ -71,39 +73,16 @@ def _bus(
     if connect or listen:
         if mqtt is not None:
             raise ConfigError("--zenoh", connect or listen, "choose one bus: --mqtt or --zenoh")
-        ident = agent_id or z.agent_id
-        bus = ZenohBus(
-            agent_id=ident,
-            connect=connect,
-            listen=listen,
-            mode=z.mode,
-            multicast=z.multicast,
-            security=z.security(),
-            max_payload_bytes=z.max_payload_bytes,
-            queue_size=z.queue_size,
-        )
-        return bus, f"zenoh {' '.join([*connect, *listen])}", ident
+        bus = ZenohBus.from_config(z, connect=connect, listen=listen, agent_id=agent_id)
+        return bus, f"zenoh {' '.join([*connect, *listen])}", bus.agent_id
     settings = settings_with(cfg.mqtt, tls)
     url = mqtt or settings.url
     if url is None:
         raise ConfigError(
             "mqtt", None, "give --mqtt mqtt://host:port or --zenoh tcp/host:port (or config)"
         )
-    ident = agent_id or settings.agent_id
-    mqtt_bus = MqttBus(
-        url=url,
-        agent_id=ident,
-        events_filter=settings.events_filter,
-        max_payload_bytes=settings.max_payload_bytes,
-        queue_size=settings.queue_size,
-        keepalive=settings.keepalive,
-        session_expiry_s=settings.session_expiry_s,
-        outbox_size=settings.outbox_size,
-        actions_qos=settings.actions_qos,
-        resend_window_s=settings.resend_window_s,
-        security=settings.security(),
-    )
-    return mqtt_bus, f"{url}; events on {mqtt_bus.events_filter}", ident
+    mqtt_bus = MqttBus.from_config(settings, url=url, agent_id=agent_id)
+    return mqtt_bus, f"{url}; events on {mqtt_bus.events_filter}", mqtt_bus.agent_id
 
 
 async def run_agent(
@@ -162,16 +141,19 @@ async def run_agent(
         loop.add_signal_handler(sig, stop.set)
     # A scenario file is a spec plus a trace and grading: load_spec leaves those out.
     recorder = McapRecorder(record).open() if record is not None else None
-    agent = Agent(load_spec(spec), bus=bus, config=cfg, recorder=recorder)
     connect_s = settings_with(cfg.mqtt, tls or {}).connect_timeout_s
     try:
-        return await _serve_agent(agent, ident, where, stop, connect_s)
+        with StartDisplay() as display:
+            agent = Agent(load_spec(spec), bus=bus, config=cfg, recorder=recorder, steps=display)
+            return await _serve_agent(agent, ident, where, stop, connect_s, display)
     finally:
         if recorder is not None:
             recorder.close()
 
 
-async def _connected(agent: Agent, stop: asyncio.Event, timeout_s: float) -> asyncio.Task[None]:
+async def _connected(
+    agent: Agent, stop: asyncio.Event, timeout_s: float, display: StartDisplay
+) -> asyncio.Task[None]:
     """Wait until an MQTT agent's bus is connected; the task serving it meanwhile.
 
     A broker that does not answer within ``timeout_s`` (0: wait for ever) ends the run with
@@ -182,49 +164,57 @@ async def _connected(agent: Agent, stop: asyncio.Event, timeout_s: float) -> asy
     if not isinstance(bus, MqttBus):
         return serving
     if timeout_s == 0:
-        print(f"forethought: waiting for the broker at {bus.url}", file=sys.stderr, flush=True)
+        display.say(f"forethought: waiting for the broker at {bus.url}")
     waiter = asyncio.ensure_future(bus.wait_connected(timeout_s or None))
-    await asyncio.wait([serving, waiter], return_when=asyncio.FIRST_COMPLETED)
-    if serving.done():
-        waiter.cancel()
-        serving.result()  # the agent's failure, raised here
-        return serving  # stopped before it connected
-    try:
-        waiter.result()
-    except TimeoutError:
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        raise ConfigError(
-            "mqtt",
-            bus.url,
-            f"no broker answered within {timeout_s:g} s (mqtt.connect_timeout_s; 0 keeps retrying)",
-        ) from None
+    with display.step(f"bus: connecting to {bus.url}"):
+        await asyncio.wait([serving, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            waiter.cancel()
+            serving.result()  # the agent's failure, raised here
+            return serving  # stopped before it connected
+        try:
+            waiter.result()
+        except TimeoutError:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+            raise ConfigError(
+                "mqtt",
+                bus.url,
+                f"no broker answered within {timeout_s:g} s "
+                "(mqtt.connect_timeout_s; 0 keeps retrying)",
+            ) from None
     return serving
 
 
 async def _serve_agent(
-    agent: Agent, ident: str, where: str, stop: asyncio.Event, connect_timeout_s: float
+    agent: Agent,
+    ident: str,
+    where: str,
+    stop: asyncio.Event,
+    connect_timeout_s: float,
+    display: StartDisplay,
 ) -> int:
     async with agent:
-        serving = await _connected(agent, stop, connect_timeout_s)
+        serving = await _connected(agent, stop, connect_timeout_s, display)
         health = ""
         if agent.health_server is not None:
             h = agent.config.health
             health = f"; health on http://{h.host}:{agent.health_server.port}/health"
-        print(
-            f"forethought: agent {ident!r} ready on {where}; models: {agent.models()}{health}",
-            file=sys.stderr,
-            flush=True,
+        display.say(
+            f"forethought: agent {ident!r} ready on {where}; models: {agent.models()}{health}"
         )
-        progress = asyncio.create_task(log_coverage(agent), name="forethought.coverage-log")
+        progress = asyncio.create_task(
+            log_coverage(agent, display=display), name="forethought.coverage-log"
+        )
         try:
             await serving
         finally:
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
-        print("forethought: shutting down", file=sys.stderr, flush=True)
+        display.say("forethought: shutting down")
+    display.finish()
     stats = agent.stats()
     print(
         orjson.dumps(
@@ -248,16 +238,19 @@ class Refused(ForethoughtError):
         self.reason = reason
 
 
-async def log_coverage(agent: Agent, *, every_s: float = 2.0) -> None:
-    """Say on stderr, while the planner writes, how much of the next event the tree answers.
+async def log_coverage(
+    agent: Agent, *, every_s: float = 2.0, display: StartDisplay | None = None
+) -> None:
+    """Say, while the planner writes, how much of the next event the tree answers.
 
-    A line when the figure moves (looked at every ``every_s``), and one when the planner has
-    nothing left worth writing: what an operator watches between "ready" and a full tree.
-    Runs until cancelled.
+    A line on stderr (or ``display``'s bar) when the figure moves (looked at every
+    ``every_s``), and one when the planner has nothing left worth writing: what an operator
+    watches between "ready" and a full tree. Runs until cancelled.
     """
     planner = agent.planner
     if planner is None:
         return
+    show = display or StartDisplay(live=False)
     said: tuple[float, bool] | None = None
     while True:
         tree = agent.health().tree
@@ -266,13 +259,7 @@ async def log_coverage(agent: Agent, *, every_s: float = 2.0) -> None:
         now = (round(coverage, 3), asleep)
         if now != said:
             said = now
-            doing = "planner idle, nothing left worth writing" if asleep else "planning"
-            print(
-                f"forethought: {doing}: the tree answers {coverage:.1%} of the next event "
-                f"({tree.nodes} branches)",
-                file=sys.stderr,
-                flush=True,
-            )
+            show.coverage(coverage, tree.nodes, idle=asleep)
         await asyncio.sleep(every_s)
 
 
@@ -295,8 +282,9 @@ async def send_event(
     host, port, tls = parse_broker_url(mqtt)
     options = (security or MqttSecurity()).client_options(tls)
     event_id = f"send-{uuid.uuid4().hex[:12]}"
-    reply_topic = f"forethought/{agent_id}/replies/{event_id}"
-    errors_topic = f"forethought/{agent_id}/errors"
+    topics = Topics(agent_id)
+    reply_topic = topics.reply(event_id)
+    errors_topic = topics.errors
     body: dict[str, Any] = {"id": event_id, "type": event_type, "params": params}
     if deadline_ms is not None:
         body["deadline_ms"] = deadline_ms
@@ -317,7 +305,7 @@ async def send_event(
         await client.subscribe(errors_topic, qos=1)
         t0 = time.perf_counter()
         await client.publish(
-            f"forethought/{agent_id}/events/{event_type}",
+            topics.event(event_type),
             orjson.dumps(stamp_event(body)),
             qos=1,
             properties=expiry_properties(expiring, props),
@@ -400,7 +388,7 @@ async def send_event_zenoh(
     body: dict[str, Any] = {"id": event_id, "type": event_type, "params": params}
     if deadline_ms is not None:
         body["deadline_ms"] = deadline_ms
-    key = f"forethought/{agent_id}/decide"
+    key = Topics(agent_id).decide
     return await asyncio.to_thread(
         _get_decision, connect, key, orjson.dumps(stamp_event(body)), wait_s, security
     )

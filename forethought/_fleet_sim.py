@@ -14,6 +14,7 @@ import orjson
 from forethought._sim import _load, _profile
 from forethought.policies import ConfigError
 from forethought.sims import FleetRun, fleet_replay, load_scenario
+from forethought.sims._fleet_replay import FleetStates
 
 __all__ = ["fleet_sizes", "fleet_table", "run_fleet_sim"]
 
@@ -50,6 +51,7 @@ def _as_json(run: FleetRun) -> dict[str, Any]:
         "answered_in_time": run.answered_in_time,
         "correct_in_time": run.correct_in_time,
         "branches": run.branches,
+        "planned_states": run.planned_states,
         "used": run.used,
         "waste": run.waste,
         "planner_busy_s": run.planner_busy_s,
@@ -74,6 +76,7 @@ def run_fleet_sim(
     *,
     scenario_path: Path,
     sizes: list[int],
+    states: FleetStates = "shared",
     profile: str | None,
     model: str,
     device: str,
@@ -86,7 +89,7 @@ def run_fleet_sim(
     pname, prof = _profile(profile, scenario, backend)
     runs = []
     for n in sizes:
-        run = fleet_replay(scenario, backend, robots=n, profile=prof)
+        run = fleet_replay(scenario, backend, robots=n, profile=prof, states=states)
         runs.append(run)
         print(fleet_table([run]).splitlines()[-1], flush=True)
     print(fleet_table(runs))
@@ -101,6 +104,7 @@ def run_fleet_sim(
             "scenario": scenario.name,
             "model": model,
             "profile": pname,
+            "states": states,
             "commit": commit or None,
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",

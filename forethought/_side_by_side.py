@@ -25,16 +25,14 @@ from forethought.sims import (
     STRATEGIES,
     Scenario,
     StrategyRun,
-    add_references,
-    decode_naive,
-    decode_references,
     load_scenario,
     metrics,
-    naive_prompts,
-    profile_figures,
     replay,
     write_report,
 )
+from forethought.sims._fidelity import add_references
+from forethought.sims._naive_cache import decode_naive, decode_references, naive_prompts
+from forethought.sims._profiles import profile_figures
 
 __all__ = ["first_events", "run_profiles", "run_side_by_side", "verdict"]
 

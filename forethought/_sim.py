@@ -17,8 +17,8 @@ from forethought.models import (
     ModelBackend,
     ServerBackend,
     TransformersBackend,
-    is_server_url,
 )
+from forethought.models.backends._server import is_server_url
 from forethought.policies import ConfigError
 from forethought.runtime import AgentConfig
 from forethought.sims import (
@@ -26,11 +26,8 @@ from forethought.sims import (
     STRATEGIES,
     Scenario,
     StrategyRun,
-    add_references,
-    compare_clocks,
     load_scenario,
     metrics,
-    profile_figures,
     record_replay,
     replay,
     replay_over_mqtt,
@@ -41,6 +38,9 @@ from forethought.sims import (
     write_json,
     write_report,
 )
+from forethought.sims._agreement import compare_clocks
+from forethought.sims._fidelity import add_references
+from forethought.sims._profiles import profile_figures
 
 __all__ = ["run_matrix", "run_sim", "strategy_names"]
 
@@ -217,7 +217,7 @@ def _both(
     model: str,
     json_path: Path | None,
 ) -> dict[str, Any]:
-    """Replay on the virtual clock, then on the real one; print both and the gap.
+    """Replay on the real clock, then on the virtual one; print both and the gap.
 
     The virtual clock is charged by ``profile``, by default one measured here, now.
     """
@@ -226,7 +226,7 @@ def _both(
     n = 2 * len(scenario.events()) * len(names)
     print(
         f"replaying {scenario.name}: {len(scenario.events())} events x {', '.join(names)} on "
-        f"the virtual clock (profile {pname}), then the real clock",
+        f"the real clock, then the virtual clock (profile {pname})",
         file=sys.stderr,
         flush=True,
     )

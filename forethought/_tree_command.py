@@ -15,13 +15,9 @@ from typing import Any, TextIO
 
 import orjson
 
-from forethought.policies import (
-    ConfigError,
-    PolicyNode,
-    PolicyTree,
-    SnapshotError,
-    load_document,
-)
+from forethought.policies import ConfigError, SnapshotError
+from forethought.policies._spec import load_document
+from forethought.policies._tree import PolicyNode, PolicyTree
 
 __all__ = ["run_tree"]
 

@@ -1,4 +1,19 @@
-"""The model layer: the backend protocol, its backends, grammars, decoder, latency, prompts."""
+"""The model layer: the backend protocol and its backends, the clocks, the latency law.
+
+Public: what a user needs to pick a backend or write one (:class:`ModelBackend` and the types
+of its methods, the latency predictor it returns, the clocks). The decoder, grammars, prompts,
+the model gate and model loading are the other layers' business: they import them from their
+private modules.
+
+:class:`TransformersBackend` needs the ``local`` extra: it is imported on first use of its
+name, so importing this package loads neither torch nor transformers and a torch-free install
+runs the server backends.
+"""
+
+from __future__ import annotations
+
+import importlib as _importlib
+import typing as _typing
 
 from ._backend import (
     CancelSignal,
@@ -8,104 +23,46 @@ from ._backend import (
     ModelBackend,
     Scores,
 )
-from ._clock import Clock, LoopClock, MonotonicClock, Pass, PassKind
-from ._cost import Cost
-from ._decode_run import DecodeResult, RowResult, ScoreResult
-from ._decoding import Decoder
-from ._engine import ENGINE_KINDS, EngineChoice, EngineKind, choose_engine
-from ._gate import ModelGate
-from ._health import HealthStatus, PlannerHealth
+from ._clock import Clock, LoopClock, MonotonicClock
 from ._latency import LatencyModel, LatencyPredictor, LatencyProfile, Prediction
-from ._model_source import (
-    DEFAULT_MODEL,
-    LoadedModel,
-    ModelSource,
-    cache_root,
-    load_model,
-    load_tokenizer,
-    resolve_model,
-)
-from ._prompt import Prompt, PromptEncoder, describe_format, state_context
+from ._model_source import DEFAULT_MODEL
 from .backends import (
-    BUILD,
-    BUILD_COMMAND,
-    LLAMA_CPP_VERSION,
     ManagedServerBackend,
     ProcessBackend,
     ScriptedBackend,
     ScriptMode,
     ServerBackend,
-    ServerLatency,
-    ServerProcess,
-    ServerProcessStats,
-    TransformersBackend,
-    build_dir,
-    is_server_url,
-    llama_server_path,
-    parse_server_url,
-    process_alive,
 )
-from .grammar import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
+
+if _typing.TYPE_CHECKING:
+    from .backends._transformers import TransformersBackend
 
 __all__ = [
-    "BUILD",
-    "BUILD_COMMAND",
     "DEFAULT_MODEL",
-    "ENGINE_KINDS",
-    "LLAMA_CPP_VERSION",
     "CancelSignal",
     "Clock",
-    "Cost",
     "DecodeOptions",
-    "DecodeResult",
-    "Decoder",
-    "EngineChoice",
-    "EngineKind",
     "Generation",
     "GenerationStatus",
-    "GrammarEngine",
-    "GrammarMatcher",
-    "HealthStatus",
-    "LLGuidanceEngine",
     "LatencyModel",
     "LatencyPredictor",
     "LatencyProfile",
-    "LoadedModel",
     "LoopClock",
     "ManagedServerBackend",
     "ModelBackend",
-    "ModelGate",
-    "ModelSource",
     "MonotonicClock",
-    "Pass",
-    "PassKind",
-    "PlannerHealth",
     "Prediction",
     "ProcessBackend",
-    "Prompt",
-    "PromptEncoder",
-    "RowResult",
-    "ScoreResult",
     "Scores",
     "ScriptMode",
     "ScriptedBackend",
     "ServerBackend",
-    "ServerLatency",
-    "ServerProcess",
-    "ServerProcessStats",
     "TransformersBackend",
-    "XGrammarEngine",
-    "build_dir",
-    "cache_root",
-    "choose_engine",
-    "describe_format",
-    "is_server_url",
-    "llama_server_path",
-    "load_model",
-    "load_tokenizer",
-    "make_engine",
-    "parse_server_url",
-    "process_alive",
-    "resolve_model",
-    "state_context",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    # TransformersBackend needs torch: imported on first use of its name.
+    if name == "TransformersBackend":
+        return _importlib.import_module(".backends._transformers", __name__).TransformersBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

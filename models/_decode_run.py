@@ -6,15 +6,39 @@ here means the grammar (or EOS) completed the output; the backend then validates
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ._backend import GenerationStatus
 
 if TYPE_CHECKING:
-    from .grammar._engines import GrammarMatcher
+    from .grammar._protocol import GrammarMatcher
 
-__all__ = ["DecodeResult", "RowResult", "Run", "ScoreResult"]
+__all__ = ["DecodeResult", "RowResult", "Run", "ScoreResult", "split_candidates"]
+
+
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    n = min(len(s) for s in seqs)
+    for i in range(n):
+        if any(s[i] != seqs[0][i] for s in seqs):
+            return i
+    return n
+
+
+def split_candidates(candidates: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
+    """The tokens every candidate shares (the head) and each one's own tail.
+
+    A candidate's score is the log-likelihood of its tail after the head: the head is the same
+    for all, so leaving it out changes no ranking (every backend scores this same quantity).
+    When one candidate is a prefix of another, each keeps one token of its tail.
+    """
+    lcp = _common_prefix(candidates)
+    tails = [list(c[lcp:]) for c in candidates]
+    if any(not t for t in tails):
+        lcp = max(lcp - 1, 0)
+        tails = [list(c[lcp:]) for c in candidates]
+    return list(candidates[0][:lcp]), tails
 
 
 @dataclass(slots=True)

@@ -24,46 +24,22 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import torch
+from transformers import DynamicCache
+
 from ._backend import GenerationStatus
 from ._clock import Clock, Pass, PassKind
-from ._decode_run import DecodeResult, RowResult, Run, ScoreResult
+from ._decode_run import DecodeResult, RowResult, Run, ScoreResult, split_candidates
 from ._latency import LatencyModel
 
 if TYPE_CHECKING:
-    import torch
-
-    from .grammar._engines import GrammarEngine, GrammarMatcher
+    from .grammar._protocol import GrammarEngine, GrammarMatcher
 
 __all__ = ["Decoder"]
 
 
 def _inference() -> Any:
-    import torch  # noqa: PLC0415
-
     return torch.inference_mode()
-
-
-def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
-    n = min(len(s) for s in seqs)
-    for i in range(n):
-        if any(s[i] != seqs[0][i] for s in seqs):
-            return i
-    return n
-
-
-def split_candidates(candidates: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
-    """The tokens every candidate shares (the head) and each one's own tail.
-
-    A candidate's score is the log-likelihood of its tail after the head: the head is the same
-    for all, so leaving it out changes no ranking (every backend scores this same quantity).
-    When one candidate is a prefix of another, each keeps one token of its tail.
-    """
-    lcp = _common_prefix(candidates)
-    tails = [list(c[lcp:]) for c in candidates]
-    if any(not t for t in tails):
-        lcp = max(lcp - 1, 0)
-        tails = [list(c[lcp:]) for c in candidates]
-    return list(candidates[0][:lcp]), tails
 
 
 class Cancelled(Exception):
@@ -130,8 +106,6 @@ class Decoder:
     def _prefix(
         self, ids: Sequence[int], deadline: float, cancel: threading.Event | None
     ) -> _Prefix:
-        import torch  # noqa: PLC0415
-
         key = tuple(ids)
         hit = self._prefixes.get(key)
         if hit is not None:
@@ -155,8 +129,6 @@ class Decoder:
         return entry
 
     def _cache_for(self, prefix: _Prefix | None, rows: int) -> Any:
-        from transformers import DynamicCache  # noqa: PLC0415
-
         if prefix is None:
             return DynamicCache(config=self._model.config)
         data = [(k.expand(rows, *k.shape[1:]), v.expand(rows, *v.shape[1:])) for k, v in prefix.kv]
@@ -252,8 +224,6 @@ class Decoder:
         reuse_prefix: bool,
         jump_forward: bool,
     ) -> None:
-        import torch  # noqa: PLC0415
-
         n = len(own)
         lead: list[int] = [] if reuse_prefix else list(prefix_ids)
         width = max(len(t) for t in own) + len(lead)
@@ -377,8 +347,6 @@ class Decoder:
         mask lets each tail see the prefix, the head and itself only, and position ids restart
         after the head for each tail. One pass scores all candidates.
         """
-        import torch  # noqa: PLC0415
-
         tail_tokens = sum(len(t) for t in tails)
         self._check(deadline, cancel, self._latency.prefill(len(head) + tail_tokens).p95)
         prefix = self._prefix(prefix_ids, deadline, cancel) if prefix_ids else None

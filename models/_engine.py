@@ -11,6 +11,7 @@ once which command builds it.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,7 +37,11 @@ class EngineChoice:
 
 
 def _cuda_available() -> bool:
-    import torch  # noqa: PLC0415 - only when a choice needs it
+    # Without the `local` extra there is no torch, so no CUDA for it; the caller then says
+    # what to install when the choice lands on torch (runtime's backend choice).
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch  # noqa: PLC0415 - only when a choice needs it (seconds to import)
 
     return bool(torch.cuda.is_available())
 

@@ -13,6 +13,7 @@ plain numbers: the simulator charges virtual time with one, measured or given.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -59,6 +60,12 @@ class LatencyProfile:
     """What each further row of a batched decode pass adds to :attr:`pass_cost`."""
     select_cost: Cost = field(default_factory=Cost)
     """One decision's own work in the executor (tree selection), model calls aside."""
+    idle_cost: Cost = field(default_factory=Cost)
+    """What a pass pays on top when the model sat idle longer than :attr:`idle_after_s` before
+    it: caches and threads gone cold (a CPU's prefill after a second's pause is measurably
+    slower than one back to back)."""
+    idle_after_s: float = math.inf
+    """How long the model must have been idle for the next pass to pay :attr:`idle_cost`."""
 
     @classmethod
     def from_figures(cls, *, step_ms: float, prefill_us_per_token: float) -> LatencyProfile:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from forethought.policies import ActionForm, ActionSchema
 
-__all__ = ["Prompt", "PromptEncoder", "describe_format", "state_context"]
+__all__ = ["Prompt", "PromptEncoder", "PromptTokenizer", "describe_format", "state_context"]
 
 _SENTINEL = "\x00EVENT\x00"
 
@@ -67,20 +67,47 @@ def describe_format(schema: ActionSchema, form: ActionForm) -> str:
     )
 
 
+class PromptTokenizer(Protocol):
+    """What the prompt encoder needs of a tokenizer.
+
+    transformers' tokenizers (the local backends) and :class:`._file_tokenizer.FileTokenizer`
+    (the server backend, without transformers) both satisfy it.
+    """
+
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template (None: the prompt is plain text)."""
+
+    def encode(self, text: str, /, *, add_special_tokens: bool = ...) -> list[int]:
+        """Token ids of ``text``."""
+
+    def decode(self, ids: list[int], /, *, skip_special_tokens: bool = ...) -> str:
+        """The text of token ids."""
+
+    def apply_chat_template(
+        self,
+        conversation: list[dict[str, str]],
+        /,
+        *,
+        add_generation_prompt: bool = ...,
+        tokenize: Literal[False] = ...,
+    ) -> str:
+        """The conversation rendered as text by the chat template."""
+
+
 class PromptEncoder:
     """Turns prompts into (prefix ids, own ids) for one tokenizer, caching prefixes."""
 
-    def __init__(self, tokenizer: Any, *, cache_size: int = 32) -> None:
+    def __init__(self, tokenizer: PromptTokenizer, *, cache_size: int = 32) -> None:
         self._tok = tokenizer
-        self._has_template = bool(getattr(tokenizer, "chat_template", None))
+        self._has_template = bool(tokenizer.chat_template)
         self._prefixes: OrderedDict[tuple[str, str, ActionForm], tuple[list[int], str]] = (
             OrderedDict()
         )
         self._cap = cache_size
 
     def _ids(self, text: str) -> list[int]:
-        ids: list[int] = self._tok.encode(text, add_special_tokens=False)
-        return ids
+        return self._tok.encode(text, add_special_tokens=False)
 
     def _render(self, system: str) -> tuple[str, str]:
         """The prompt text before and after the event, with the event left out."""
@@ -90,9 +117,7 @@ class PromptEncoder:
             {"role": "system", "content": system},
             {"role": "user", "content": _SENTINEL},
         ]
-        text: str = self._tok.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
-        )
+        text = self._tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         before, _, after = text.partition(_SENTINEL)
         return before, after
 
@@ -116,8 +141,7 @@ class PromptEncoder:
 
     def decode(self, ids: list[int]) -> str:
         """The text of generated token ids (special tokens left out)."""
-        text: str = self._tok.decode(ids, skip_special_tokens=True)
-        return text
+        return self._tok.decode(ids, skip_special_tokens=True)
 
     def encode_action(self, text: str) -> list[int]:
         """Token ids of an action's JSON text as the model would continue with it."""

@@ -23,7 +23,8 @@ import heapq
 from collections.abc import Mapping
 from typing import Any
 
-from forethought.policies import EventKey, EventSpace, PolicyTree
+from forethought.policies._events import EventKey, EventSpace
+from forethought.policies._tree import PolicyTree
 
 __all__ = ["BorrowAgreement", "cover"]
 

@@ -20,7 +20,8 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from forethought.policies import StateAbstraction, WorldState
+from forethought.policies._abstraction import StateAbstraction
+from forethought.policies._state import WorldState
 
 __all__ = ["StateDrift"]
 

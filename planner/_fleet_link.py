@@ -19,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from forethought.policies import EventKey, PolicyNode, WorldState
+from forethought.policies._events import EventKey
+from forethought.policies._state import WorldState
+from forethought.policies._tree import PolicyNode
 
 if TYPE_CHECKING:
-    from ._planner import Branch
+    from ._branch import Branch
 
 __all__ = ["FleetLink"]
 

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forethought.policies import EventKey, EventSpace, WorldState
+from forethought.policies._events import EventKey, EventSpace
+from forethought.policies._state import WorldState
 
 from ._drift import StateDrift
 from ._forecaster import Forecaster

@@ -25,24 +25,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forethought.models import (
-    GenerationStatus,
-    ModelBackend,
-    ModelGate,
-    PlannerHealth,
-    state_context,
-)
-from forethought.policies import (
-    ActionSchema,
-    ConfigError,
-    EventKey,
-    EventSpace,
-    ForethoughtError,
-    PolicyNode,
-    PolicyTree,
-    WorldState,
-)
+from forethought.models import GenerationStatus, ModelBackend
+from forethought.models._gate import ModelGate
+from forethought.models._health import PlannerHealth
+from forethought.models._prompt import state_context
+from forethought.policies import ActionSchema, ConfigError, ForethoughtError
+from forethought.policies._events import EventKey, EventSpace
+from forethought.policies._state import WorldState
+from forethought.policies._tree import PolicyNode, PolicyTree
 
+from ._branch import Branch
 from ._budget import BudgetBucket, PlannerBudget
 from ._cover import BorrowAgreement, cover
 from ._drift import StateDrift
@@ -121,25 +113,6 @@ class PlannerConfig(BaseModel):
     allows); the most valuable branches are written first (:mod:`._budget`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Branch:
-    """A branch the planner may generate: event ``key`` in state ``state``."""
-
-    state: WorldState
-    """The concrete state the model is shown."""
-    key: EventKey
-    probability: float
-    """Chance the branch answers at least one event within the horizon."""
-    value: float
-    """``probability`` x urgency."""
-    next_fingerprint: str | None
-
-    @property
-    def fingerprint(self) -> str:
-        """The fingerprint the branch is stored under (the state as its event type sees it)."""
-        return self.state.fingerprint_for(self.key.type)
-
-
 @dataclass(slots=True)
 class PlannerStats:
     """What the planner has done."""
@@ -155,6 +128,9 @@ class PlannerStats:
     once per ranking they were left out of)."""
     errors: dict[str, int] = field(default_factory=dict)
     cancelled: int = 0
+    refused_rounds: int = 0
+    """Rounds the backend refused whole, predicting they would not fit the round's time limit
+    (each is followed by a one-branch probe with no such check)."""
     busy_s: float = 0.0
     idle_waits: int = 0
     cover_times_s: list[float] = field(default_factory=list)
@@ -258,6 +234,12 @@ class Planner:
         self._live_tries: dict[str, int] = {}
         self._live_answers: dict[str, int] = {}
         self._bucket: BudgetBucket | None = None
+        # Set when a whole round came back NOT_STARTED: the backend predicted that not even
+        # the round fits its time limit, from samples that may be stale (a warm-up measured
+        # on a busy machine). Nothing then runs to correct the prediction, so the next round
+        # writes one branch with no predicted-time check (the hang limit still holds) and its
+        # time becomes a fresh sample -- instead of asking, and being refused, forever.
+        self._probe = False
         self.stats = PlannerStats()
         self.measured = MeasuredCosts()
         """Seconds per branch each method measured here (``auto`` prefers them to predictions)."""
@@ -642,14 +624,27 @@ class Planner:
         await asyncio.sleep(self._bucket.wait_s(self._now(), seconds))
         return None
 
+    def _take_probe(self, batch: list[Branch]) -> tuple[list[Branch], bool]:
+        """The round to run: one branch, unchecked, after a round refused whole."""
+        probe, self._probe = self._probe, False
+        return (batch[:1], True) if probe else (batch, False)
+
+    def _note_refused(self, whole_round: bool) -> None:
+        """A round the backend refused whole: the next one probes (see ``_probe``)."""
+        if whole_round:
+            self.stats.refused_rounds += 1
+            self._probe = True
+
     async def _run_batch(self, batch: list[Branch]) -> tuple[str, str] | None:
         """Write one batch; returns (kind, detail) when it wrote nothing usable."""
+        # Cut to the probe before claiming: a claimed branch is one this planner writes.
+        batch, probe = self._take_probe(batch)
         if self._fleet is not None:
             batch = await self._fleet.claim(batch)  # others' branches are theirs to write
             if not batch:
                 return None
         if self.method() == "score":
-            return await self._score_batch(batch)
+            return await self._score_batch(batch, probe=probe)
         cfg = self._config
         state = batch[0].state
         context = state_context(self._description, state.to_json())
@@ -661,7 +656,7 @@ class Planner:
                     context,
                     events,
                     self._schema,
-                    deadline=self._now() + cfg.batch_timeout_s,
+                    deadline=math.inf if probe else self._now() + cfg.batch_timeout_s,
                     cancel=cancel,
                     max_new_tokens=cfg.max_new_tokens,
                 )
@@ -688,16 +683,20 @@ class Planner:
                 self._count_error(gen.status.value)
                 self._backoff(branch)
         self._check_cover()
+        self._note_refused(
+            bool(gens) and all(g.status is GenerationStatus.NOT_STARTED for g in gens)
+        )
         if written == 0 and bad:
             return "outputs", f"{len(bad)} of {len(batch)} unusable ({', '.join(sorted(set(bad)))})"
         return None
 
-    async def _score_batch(self, batch: list[Branch]) -> tuple[str, str] | None:
+    async def _score_batch(self, batch: list[Branch], *, probe: bool) -> tuple[str, str] | None:
         """Write branches by scoring every candidate action, one event per forward pass."""
         cands = self._candidates
         assert cands is not None
         cfg = self._config
         context = state_context(self._description, batch[0].state.to_json())
+        refused = 0
         async with self._gate.background() as cancel:
             for branch in batch:
                 t0 = self._now()
@@ -707,7 +706,7 @@ class Planner:
                         branch.key.describe(),
                         cands,
                         self._schema,
-                        deadline=t0 + cfg.batch_timeout_s,
+                        deadline=math.inf if probe else t0 + cfg.batch_timeout_s,
                         cancel=cancel,
                     )
                 finally:
@@ -717,6 +716,8 @@ class Planner:
                     self.measured.observe("score", scores.seconds, 1)
                 if best is None:
                     self.stats.cancelled += 1  # preempted: it stays a candidate
+                    if scores.status is GenerationStatus.NOT_STARTED:
+                        refused += 1
                     if cancel.cancelled:
                         break
                     continue
@@ -725,6 +726,7 @@ class Planner:
                     self.stats.scored += 1
         self.stats.rounds += 1
         self._check_cover()
+        self._note_refused(refused == len(batch))
         return None
 
     def _insert(

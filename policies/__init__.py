@@ -1,6 +1,11 @@
-"""Pure data: action schemas, the event space, state, the policy tree, the error tree. No torch."""
+"""Pure data: action schemas, specs and the error tree. No torch.
 
-from ._abstraction import StateAbstraction
+Public: what a user writes, reads or catches: the spec, its action schema and the check of a
+spec document; the event space and its keys, the world state, the policy tree and its nodes
+(what ``Agent.tree`` and ``Agent.state`` are); the errors. The rest (state abstraction
+internals, validation helpers) is the other layers' business, imported from private modules.
+"""
+
 from ._action import ActionForm, ActionSchema
 from ._errors import (
     BackendError,
@@ -21,11 +26,10 @@ from ._errors import (
     ServerReplyError,
     ServerUnavailable,
     SnapshotError,
-    first_problem,
 )
-from ._events import EventKey, EventSpace, EventType, Grid
-from ._spec import AgentSpec, load_document
-from ._spec_check import Problem, StateValues, check_spec, did_you_mean, validation_problems
+from ._events import EventKey, EventSpace
+from ._spec import AgentSpec
+from ._spec_check import Problem, check_spec
 from ._state import WorldState
 from ._tree import PolicyNode, PolicyTree
 
@@ -38,9 +42,7 @@ __all__ = [
     "DeadlinePassed",
     "EventKey",
     "EventSpace",
-    "EventType",
     "ForethoughtError",
-    "Grid",
     "InputError",
     "InvalidAction",
     "InvalidEvent",
@@ -58,12 +60,6 @@ __all__ = [
     "ServerReplyError",
     "ServerUnavailable",
     "SnapshotError",
-    "StateAbstraction",
-    "StateValues",
     "WorldState",
     "check_spec",
-    "did_you_mean",
-    "first_problem",
-    "load_document",
-    "validation_problems",
 ]

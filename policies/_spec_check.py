@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from ._errors import ForethoughtError, error_path
+from ._spec_fields import SpecFields
 
 __all__ = ["Problem", "StateValues", "check_spec", "did_you_mean", "validation_problems"]
 
@@ -194,8 +195,6 @@ class _Checker:
                 self.error(key, None, "required key is missing", f"write {example}")
         # The plain fields, through the model of record (events and the cross-field rules are
         # checked below, where each problem can be named on its own).
-        from ._spec import AgentSpec  # noqa: PLC0415 - the spec module imports this one
-
         fields = {
             k: v
             for k, v in self.data.items()
@@ -203,7 +202,7 @@ class _Checker:
         }
         fields |= {"events": [], "action": {}, "default_action": {}}
         try:
-            AgentSpec.model_validate(fields)
+            SpecFields.model_validate(fields)
         except ValidationError as exc:
             for p in validation_problems(exc, ""):
                 if p.path.split(".")[0].split("[")[0] in fields and not p.path.startswith(

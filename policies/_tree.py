@@ -19,13 +19,15 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import orjson
 
 from ._errors import ConfigError, SnapshotError
 from ._events import EventKey
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["PolicyNode", "PolicyTree"]
 
@@ -54,6 +56,9 @@ class PolicyNode:
     """The tree version that inserted it."""
     next_fingerprint: str | None = None
     """The state this event leaves behind, when its effects change the state."""
+    origin: str = "planned"
+    """``planned`` (the planner wrote it ahead) or ``answered`` (kept from a score or live
+    answer to an event, so the next such event is a hit; never counted as planned work)."""
 
     def to_row(self) -> list[Any]:
         """A compact JSON row for snapshots."""
@@ -69,12 +74,15 @@ class PolicyNode:
             self.created_at,
             self.version,
             self.next_fingerprint,
+            self.origin,
         ]
 
     @classmethod
     def from_row(cls, row: list[Any]) -> PolicyNode:
         """Inverse of :meth:`to_row`."""
-        fp, key, action, compact, p, model, tokens, gen_s, created, version, nxt = row
+        # Rows of 11 fields were written before ``origin`` existed: planned branches.
+        fp, key, action, compact, p, model, tokens, gen_s, created, version, nxt = row[:11]
+        origin = str(row[11]) if len(row) > 11 else "planned"
         return cls(
             str(fp),
             EventKey.from_json(key),
@@ -87,6 +95,7 @@ class PolicyNode:
             float(created),
             int(version),
             None if nxt is None else str(nxt),
+            origin,
         )
 
 
@@ -114,6 +123,10 @@ class PolicyTree:
         self._max = max_nodes
         self._on_evict = on_evict
         self._check = check
+        # networkx takes a third of a second to import: paid by the first tree, not by every
+        # program that imports the policies (``forethought check`` never makes a tree).
+        import networkx as nx  # noqa: PLC0415
+
         self._graph: nx.DiGraph = nx.DiGraph()
         self._index: dict[tuple[str, EventKey], PolicyNode] = {}
         self._heap: list[tuple[float, float, int, str, EventKey]] = []
@@ -121,6 +134,8 @@ class PolicyTree:
         self._seq = itertools.count()
         self._version = 0
         self._used: set[tuple[str, EventKey]] = set()
+        self.answer_hits = 0
+        """Events answered by a branch kept from an earlier answer (not planned work)."""
         self.evictions = 0
         self.evicted_unused = 0
 
@@ -165,8 +180,15 @@ class PolicyTree:
         return dropped
 
     def touch(self, node: PolicyNode) -> None:
-        """Record that ``node`` answered an event (what the waste figures count)."""
-        self._used.add((node.fingerprint, node.key))
+        """Record that ``node`` answered an event (what the waste figures count).
+
+        A branch kept from an answer is counted apart (``answer_hits``): the waste figures
+        judge the planner's own work.
+        """
+        if node.origin == "planned":
+            self._used.add((node.fingerprint, node.key))
+        else:
+            self.answer_hits += 1
 
     def was_used(self, fingerprint: str, key: EventKey) -> bool:
         """Whether the branch ``(fingerprint, key)`` ever answered an event."""
@@ -240,7 +262,8 @@ class PolicyTree:
                 continue  # replaced or removed since: a stale heap entry
             node = self.remove(fp, key)
             self.evictions += 1
-            self.evicted_unused += (fp, key) not in self._used
+            planned = node is not None and node.origin == "planned"
+            self.evicted_unused += planned and (fp, key) not in self._used
             if node is not None and self._on_evict is not None:
                 self._on_evict(node)
             return

@@ -1,11 +1,17 @@
-"""The agent and its event-time path: executor, events, decisions, buses, the serve loop."""
+"""The agent and its event-time path: the agent, its configuration, events, decisions, buses.
 
-from ._acted_ids import ActedIds, ActedIdsStats
-from ._age import AgeSource, expiry_interval_s, stamp_event
+Public: what a user embedding the runtime needs (the agent, its configuration sections, events
+and decisions, the buses and what a sender or an actuator uses beside them, the health report,
+the recorder). The executor, the serve loop (the agent runs it), the fleet's tree and worker and
+the rest are the other layers' business: they import them from their private modules.
+
+The transports (in-process bus, MQTT, Zenoh) live in :mod:`forethought.runtime.transports`;
+their public names are re-exported here.
+"""
+
+from ._acted_ids import ActedIds
+from ._age import expiry_interval_s, stamp_event
 from ._agent import Agent
-from ._backend_choice import backend_for
-from ._backlog import Backlog
-from ._bus import EventBus, InProcessBus
 from ._config import (
     AgentConfig,
     EngineConfig,
@@ -15,17 +21,14 @@ from ._config import (
     ZenohConfig,
 )
 from ._decision import Decision, Tier
-from ._event import Arrival, Event, EventPayload, ReplyTo, parse_payload
-from ._executor import Executor, ExecutorConfig, ExecutorStats
-from ._fleet_config import FleetConfig, FleetNames, fleet_permissions, parse_fleet_urls
-from ._fleet_record import BranchRecord, branch_key, decode_key, prompt_hash
-from ._fleet_tree import FleetStats, FleetTree
-from ._fleet_worker import FleetWorker, WorkerStats, ensure_fleet
-from ._freshness import EventsConfig, Freshness, FreshnessStats, Verdict
-from ._health import (
+from ._event import Event, EventPayload
+from ._executor import ExecutorConfig
+from ._fleet_config import FleetConfig, fleet_permissions
+from ._freshness import EventsConfig
+from ._health import HealthConfig
+from ._health_report import (
     BusSection,
     CountersSection,
-    HealthConfig,
     HealthReport,
     LatencySection,
     ModelSection,
@@ -33,27 +36,27 @@ from ._health import (
     TreeSection,
     WatchdogSection,
     WorkerSection,
-    health_report,
 )
-from ._health_server import HealthServer, prometheus_text
-from ._mqtt import MqttBus, MqttStats, expiry_properties, parse_mqtt_url, payload_bytes
-from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
-from ._recorder import CHANNELS, McapMessage, McapRecorder, read_mcap_json
-from ._serve import serve
-from ._watchdog import StallWatchdog, WatchdogStats
-from ._zenoh import ZenohBus, ZenohStats, zenoh_config
-from ._zenoh_security import ZenohSecurity
+from ._recorder import McapRecorder
+from ._start_steps import StartSteps
+from .transports import (
+    EventBus,
+    InProcessBus,
+    MqttBus,
+    MqttBusSection,
+    MqttSecurity,
+    Topics,
+    ZenohBus,
+    ZenohBusSection,
+    ZenohSecurity,
+    expiry_properties,
+    zenoh_config,
+)
 
 __all__ = [
-    "CHANNELS",
     "ActedIds",
-    "ActedIdsStats",
-    "AgeSource",
     "Agent",
     "AgentConfig",
-    "Arrival",
-    "Backlog",
-    "BranchRecord",
     "BusSection",
     "CountersSection",
     "Decision",
@@ -62,62 +65,34 @@ __all__ = [
     "EventBus",
     "EventPayload",
     "EventsConfig",
-    "Executor",
     "ExecutorConfig",
-    "ExecutorStats",
     "FleetConfig",
-    "FleetNames",
-    "FleetStats",
-    "FleetTree",
-    "FleetWorker",
-    "Freshness",
-    "FreshnessStats",
     "HealthConfig",
     "HealthReport",
-    "HealthServer",
     "InProcessBus",
     "LatencySection",
-    "McapMessage",
     "McapRecorder",
     "ModelSection",
     "MqttBus",
+    "MqttBusSection",
     "MqttConfig",
     "MqttSecurity",
-    "MqttStats",
     "PlannerSection",
-    "ReplyTo",
     "ServerConfig",
-    "StallWatchdog",
+    "StartSteps",
     "Tier",
+    "Topics",
     "TreeSection",
-    "Verdict",
     "WatchdogConfig",
     "WatchdogSection",
-    "WatchdogStats",
     "WorkerSection",
-    "WorkerStats",
     "ZenohBus",
+    "ZenohBusSection",
     "ZenohConfig",
     "ZenohSecurity",
-    "ZenohStats",
-    "backend_for",
-    "branch_key",
-    "decode_key",
-    "ensure_fleet",
     "expiry_interval_s",
     "expiry_properties",
     "fleet_permissions",
-    "health_report",
-    "parse_broker_url",
-    "parse_fleet_urls",
-    "parse_mqtt_url",
-    "parse_payload",
-    "payload_bytes",
-    "prometheus_text",
-    "prompt_hash",
-    "read_mcap_json",
-    "refusal",
-    "serve",
     "stamp_event",
     "zenoh_config",
 ]

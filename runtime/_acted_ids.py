@@ -23,8 +23,9 @@ Like the rest of the runtime it reads no clock: the caller passes ``now``.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
+
+from ._id_window import ACTED_MAX_IDS, ACTED_WINDOW_S, IdWindow
 
 __all__ = ["ActedIds", "ActedIdsStats"]
 
@@ -52,16 +53,11 @@ class ActedIds:
     goes first (counted in :attr:`stats` as ``forgotten_early``).
     """
 
-    def __init__(self, *, window_s: float = 600.0, max_ids: int = 100_000) -> None:
-        if not window_s > 0:
-            raise ValueError(f"window_s must be > 0, got {window_s!r}")
-        if max_ids < 1:
-            raise ValueError(f"max_ids must be >= 1, got {max_ids!r}")
+    def __init__(self, *, window_s: float = ACTED_WINDOW_S, max_ids: int = ACTED_MAX_IDS) -> None:
+        self._seen = IdWindow(max_ids=max_ids, window_s=window_s)  # refuses bad bounds
         self.window_s = window_s
         self.max_ids = max_ids
         self.stats = ActedIdsStats()
-        # Insertion order is first-sighting order, so the oldest are always at the front.
-        self._seen: OrderedDict[str, float] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -71,22 +67,13 @@ class ActedIds:
 
     def first(self, event_id: str, *, now: float) -> bool:
         """True the first time ``event_id`` is seen within the window (act on it), else False."""
-        self._forget_before(now - self.window_s)
-        seen_at = self._seen.get(event_id)
+        self._seen.forget_old(now)
+        seen_at = self._seen.seen_at(event_id)
         if seen_at is not None:
             self.stats.repeats += 1
             self.stats.repeat_gap_max_s = max(self.stats.repeat_gap_max_s, now - seen_at)
             return False
-        if len(self._seen) >= self.max_ids:
-            self._seen.popitem(last=False)
-            self.stats.forgotten_early += 1
-        self._seen[event_id] = now
+        self._seen.add(event_id, now=now)
+        self.stats.forgotten_early = self._seen.forgotten_early  # the window counts
         self.stats.first += 1
         return True
-
-    def _forget_before(self, cutoff: float) -> None:
-        while self._seen:
-            oldest, at = next(iter(self._seen.items()))
-            if at > cutoff:
-                return
-            del self._seen[oldest]

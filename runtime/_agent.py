@@ -18,37 +18,43 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from forethought.models import ModelBackend, ModelGate
-from forethought.planner import Forecaster, Planner
-from forethought.policies import (
-    AgentSpec,
-    ConfigError,
-    EventKey,
-    ForethoughtError,
-    NotStarted,
-    PolicyNode,
-    PolicyTree,
-    SnapshotError,
-    StateValues,
-    WorldState,
-)
+from forethought.models import ModelBackend
+from forethought.models._gate import ModelGate
+from forethought.planner._forecaster import Forecaster
+from forethought.planner._planner import Planner
+from forethought.policies import AgentSpec, ConfigError, ForethoughtError, NotStarted, SnapshotError
+from forethought.policies._events import EventKey
+from forethought.policies._spec_check import StateValues
+from forethought.policies._state import WorldState
+from forethought.policies._tree import PolicyNode, PolicyTree
 
 from ._backend_choice import backend_for
-from ._bus import EventBus
+from ._capabilities import (
+    SupportsAgentId,
+    SupportsBusStats,
+    SupportsServerStats,
+    SupportsStatus,
+)
 from ._config import AgentConfig
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
 from ._fleet_record import prompt_hash
-from ._fleet_tree import FleetTree
 from ._freshness import Freshness
-from ._health import HealthReport, health_report
+from ._health import health_report
+from ._health_report import HealthReport
 from ._health_server import HealthServer
 from ._recorder import McapRecorder
 from ._serve import serve
+from ._start_steps import NoSteps, StartSteps
 from ._watchdog import StallWatchdog
+from .transports._bus import EventBus
+
+if TYPE_CHECKING:
+    # nats-py is the `fleet` extra: imported when a fleet URL is configured (in __aenter__).
+    from ._fleet_tree import FleetTree
 
 __all__ = ["Agent"]
 
@@ -72,6 +78,8 @@ class Agent:
         on_stall: with ``config.watchdog.enabled``, called on the watchdog's thread with the
             default decision for each event whose deadline comes while the event loop is
             stalled: the way to the actuator that does not need the loop.
+        steps: told each start step (model load or engine start, warm-up) as it begins
+            and ends; ``forethought run`` shows them (default: nothing is said).
 
     """
 
@@ -85,8 +93,10 @@ class Agent:
         config: AgentConfig | None = None,
         recorder: McapRecorder | None = None,
         on_stall: Callable[[Decision], None] | None = None,
+        steps: StartSteps | None = None,
     ) -> None:
         self.spec = spec
+        self._steps: StartSteps = steps or NoSteps()
         self._on_stall = on_stall
         self.watchdog: StallWatchdog | None = None
         self.config = config or AgentConfig.defaults()
@@ -175,23 +185,47 @@ class Agent:
             self.engines[model] = choice.kind
         return backend
 
+    def _load_step(self, model: str, *, given: ModelBackend) -> str:
+        """How a model's start is named: the engine this agent chose for it, if it chose."""
+        engine = self.engines.get(model)
+        if engine == "llama-server":
+            return f"model {model}: starting llama-server"
+        if engine is not None:
+            return f"model {model}: loading on {engine} (a GGUF is converted once, then cached)"
+        return f"model {given.model_id}: starting"
+
+    async def _start_models(
+        self, stack: contextlib.AsyncExitStack
+    ) -> tuple[ModelBackend, ModelBackend, ModelGate]:
+        """Start and warm the live model and the planner's: (live, planner's, planner's gate).
+
+        A separate planner model gets a gate of its own.
+        """
+        cfg = self.config
+        live_model = cfg.live_model or cfg.model
+        if self._backend is None:
+            self._backend = self._make_backend(live_model)
+        with self._steps.step(self._load_step(live_model, given=self._backend)):
+            backend = await stack.enter_async_context(self._backend)
+        with self._steps.step("warm-up: compiling the action grammar, timing one call"):
+            await backend.prepare(self.schema)
+        wanted = cfg.planner_model or cfg.model
+        if self._planner_backend is None and wanted != live_model:
+            self._planner_backend = self._make_backend(wanted)
+        if self._planner_backend is None or self._planner_backend is backend:
+            return backend, backend, self.gate
+        with self._steps.step(self._load_step(wanted, given=self._planner_backend)):
+            planner_backend = await stack.enter_async_context(self._planner_backend)
+        with self._steps.step("warm-up of the planner's model"):
+            await planner_backend.prepare(self.schema)
+        return backend, planner_backend, ModelGate()
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         async with contextlib.AsyncExitStack() as stack:
             cfg = self.config
-            if self._backend is None:
-                self._backend = self._make_backend(cfg.live_model or cfg.model)
-            backend = await stack.enter_async_context(self._backend)
-            await backend.prepare(self.schema)
-            wanted = cfg.planner_model or cfg.model
-            if self._planner_backend is None and wanted != (cfg.live_model or cfg.model):
-                self._planner_backend = self._make_backend(wanted)
-            planner_backend, planner_gate = backend, self.gate
-            if self._planner_backend is not None and self._planner_backend is not backend:
-                planner_backend = await stack.enter_async_context(self._planner_backend)
-                await planner_backend.prepare(self.schema)
-                planner_gate = ModelGate()
+            backend, planner_backend, planner_gate = await self._start_models(stack)
             self._load_snapshot()
             stack.callback(self.save_snapshot)
             w, margin = cfg.watchdog, cfg.executor.margin_ms / 1e3
@@ -218,6 +252,8 @@ class Agent:
                 watchdog=self.watchdog,
             )
             if cfg.fleet.url is not None:
+                from ._fleet_tree import FleetTree  # noqa: PLC0415 - needs the fleet extra
+
                 self.fleet = await stack.enter_async_context(
                     FleetTree(
                         config=cfg.fleet,
@@ -311,8 +347,10 @@ class Agent:
                 await self.health_server.listening.wait()  # a port in use fails the start
             if self.bus is not None:
                 tg.create_task(self.bus.run(), name=f"forethought[{name}].bus")
-                if getattr(self.bus, "publish_status", None) is not None:
-                    tg.create_task(self._refresh_status(), name=f"forethought[{name}].status")
+                if isinstance(self.bus, SupportsStatus):
+                    tg.create_task(
+                        self._refresh_status(self.bus), name=f"forethought[{name}].status"
+                    )
                 tg.create_task(
                     serve(self, self.bus, tg, max_concurrent=self.config.max_concurrent),
                     name=f"forethought[{name}].serve",
@@ -414,12 +452,15 @@ class Agent:
         """How the agent is now: planner health, tree coverage, model latency, counters."""
         if self._started_at is None:
             raise NotStarted("Agent")
-        name = getattr(self.bus, "agent_id", None) or self.spec.name
+        bus, name = self.bus, self.spec.name
+        # `is not None` first: mypy cannot narrow `X | None` to a protocol in one step.
+        if bus is not None and isinstance(bus, SupportsAgentId) and bus.agent_id:
+            name = bus.agent_id  # how the agent is known on its bus
         return health_report(self, name=name, started_at=self._started_at)
 
-    async def _refresh_status(self) -> None:
+    async def _refresh_status(self, bus: SupportsStatus) -> None:
         """Keep the bus's retained status current (its will says offline if we die)."""
-        publish = self.bus.publish_status  # type: ignore[union-attr]
+        publish = bus.publish_status
         every = self.config.health.interval_s
         while True:
             await publish(self.health())
@@ -612,14 +653,15 @@ class Agent:
             "models": self.models(),
         }
         for role, backend in (("live", self._backend), ("planner", self._planner_backend)):
-            server = getattr(backend, "stats_dict", None)
-            if server is not None:
-                out.setdefault("servers", {})[role] = server()
+            # `is not None` first: mypy cannot narrow `X | None` to a protocol in one step.
+            if backend is not None and isinstance(backend, SupportsServerStats):
+                out.setdefault("servers", {})[role] = backend.stats_dict()
         if self.watchdog is not None:
             out["watchdog"] = self.watchdog.stats.as_dict()
-        bus_stats = getattr(self.bus, "stats", None)
-        if bus_stats is not None:
-            out["bus"] = {k: getattr(bus_stats, k) for k in bus_stats.__slots__}
+        bus = self.bus
+        if bus is not None and isinstance(bus, SupportsBusStats):
+            # The bus's own counters; whether it is connected is the health report's to say.
+            out["bus"] = bus.bus_section().model_dump(exclude={"connected"})
         return out
 
     def models(self) -> dict[str, str | None]:

@@ -1,22 +1,21 @@
 """Which backend a model string means: an inference server's URL, or a local model on an engine.
 
 A local model runs on the managed llama-server where the engine setting and the machine allow
-(see :func:`forethought.planner.choose_engine`), else on the in-process torch decoder (a thread
+(see ``models/_engine.py``), else on the in-process torch decoder (a thread
 or a worker process). The agent and a fleet's planner worker choose the same way.
+
+The torch decoder needs the ``local`` extra; without torch, asking for it is a ConfigError that
+names both ways out (install the extra, or serve the model and pass its URL).
 """
 
 from __future__ import annotations
 
-from forethought.models import (
-    EngineChoice,
-    ManagedServerBackend,
-    ModelBackend,
-    ProcessBackend,
-    ServerBackend,
-    TransformersBackend,
-    choose_engine,
-    is_server_url,
-)
+import importlib.util
+
+from forethought.models import ManagedServerBackend, ModelBackend, ProcessBackend, ServerBackend
+from forethought.models._engine import EngineChoice, choose_engine
+from forethought.models.backends._server import is_server_url
+from forethought.policies import ConfigError
 
 from ._config import AgentConfig
 
@@ -50,6 +49,20 @@ def backend_for(model: str, config: AgentConfig) -> tuple[ModelBackend, EngineCh
             poll_s=config.server.poll_s,
         )
         return managed, choice
+    # Both come with the local extra; the core install has neither.
+    missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            "model",
+            model,
+            f"the local model runs on torch and transformers ({choice.reason}) and "
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: "
+            "pip install 'forethought[local]', or serve the model (llama-server, vLLM) and "
+            "pass --model URL",
+        )
+    # Imported here, after the check: the module imports torch at its top.
+    from forethought.models.backends._transformers import TransformersBackend  # noqa: PLC0415
+
     kind = ProcessBackend if config.model_process else TransformersBackend
     local = kind(model=model, device=config.device, dtype=config.dtype, grammar=config.grammar)
     return local, choice

@@ -20,14 +20,15 @@ from pydantic_settings import (
 
 from forethought.models import DEFAULT_MODEL
 from forethought.planner import PlannerConfig
-from forethought.policies import ConfigError, first_problem
+from forethought.policies import ConfigError
+from forethought.policies._errors import first_problem
 
 from ._executor import ExecutorConfig
 from ._fleet_config import FleetConfig
 from ._freshness import EventsConfig
 from ._health import HealthConfig
-from ._mqtt_security import MqttSecurity
-from ._zenoh_security import ZenohSecurity
+from .transports._mqtt_security import MqttSecurity
+from .transports._zenoh_security import ZenohSecurity
 
 __all__ = [
     "AgentConfig",
@@ -72,7 +73,13 @@ class MqttConfig(BaseModel):
     """Decisions completed this long before the broker was last heard, or since, are published
     again once a lost connection is back: it may have restarted without them (0: never).
     0.5 s: 3.5 x the longest gap between a lost decision's completion and the kill seen in R3
-    under load (141 ms); each outage sends again what completed in it (25 decisions at 50 Hz)."""
+    under load (141 ms); each outage sends again what completed in it (25 decisions at 50 Hz).
+    Refusals on the errors topic are sent again the same way."""
+    replay_s: float = Field(default=10.0, ge=0)
+    """When the broker comes back without our session (its CONNACK says so: restarted without
+    persistence, or the session expired), it lost all it held -- for subscribers away at the
+    time too: decisions and refusals completed this long before are published again, save
+    decisions past their deadline (0: never). 10 s: ``forethought send``'s default wait."""
     username: str | None = None
     password: SecretStr | None = None
     password_file: Path | None = None
@@ -163,7 +170,7 @@ def _first_line(field: str, path: Path, *, strip: bool = False) -> SecretStr:
 
 
 class WatchdogConfig(BaseModel):
-    """The stall watchdog (:class:`~forethought.runtime.StallWatchdog`): off unless enabled."""
+    """The stall watchdog (a thread that answers while the loop stalls): off unless enabled."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

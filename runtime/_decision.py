@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forethought.policies import EventKey
+from forethought.policies._events import EventKey
 
 if TYPE_CHECKING:
     from ._event import Event

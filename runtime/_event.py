@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from forethought.policies import InvalidEvent, first_problem
+from forethought.policies import InvalidEvent
+from forethought.policies._errors import first_problem
 
 from ._age import AgeSource
 

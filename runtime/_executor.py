@@ -28,20 +28,17 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forethought.models import ModelBackend, ModelGate, state_context
-from forethought.policies import (
-    ActionSchema,
-    EventKey,
-    EventSpace,
-    ForethoughtError,
-    InvalidEvent,
-    PolicyNode,
-    PolicyTree,
-    WorldState,
-)
+from forethought.models import ModelBackend
+from forethought.models._gate import ModelGate
+from forethought.models._prompt import state_context
+from forethought.policies import ActionSchema, ForethoughtError, InvalidEvent
+from forethought.policies._events import EventKey, EventSpace
+from forethought.policies._state import WorldState
+from forethought.policies._tree import PolicyNode, PolicyTree
 
 from ._decision import Decision, Tier, late_reason, wall_ns
 from ._event import Event
+from ._id_window import EXECUTOR_MAX_IDS, EXECUTOR_WINDOW_S, IdWindow
 from ._watchdog import StallWatchdog
 
 __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
@@ -67,10 +64,10 @@ class ExecutorConfig(BaseModel):
     live_max_new_tokens: int = Field(default=48, ge=4)
     remember: int = Field(default=10_000, ge=1)
     """How many recent decisions are kept whole, to answer a repeated id with the same one."""
-    remember_ids_s: float = Field(default=600.0, gt=0)
+    remember_ids_s: float = Field(default=EXECUTOR_WINDOW_S, gt=0)
     """How long a decided id is remembered at all: a repeat within this window is never
     decided again (it gets the kept decision, or is refused once that was forgotten)."""
-    max_remembered_ids: int = Field(default=1_000_000, ge=1)
+    max_remembered_ids: int = Field(default=EXECUTOR_MAX_IDS, ge=1)
     """Bound on the ids remembered within the window (memory stays bounded at any rate)."""
     near_states: bool = True
     """Borrow a tree answer from a neighbouring state (within ``state_tolerance``) when this
@@ -78,6 +75,10 @@ class ExecutorConfig(BaseModel):
     use_tree: bool = True
     use_score: bool = True
     use_live: bool = True
+    keep_answers: bool = True
+    """Keep each score or live answer as the tree's branch for its exact (state, event key),
+    so the next such event is a tree hit (with the tree tier on; a planned branch is never
+    replaced)."""
     probe_after_s: float = Field(default=2.0, gt=0)
     """When the live tier's p95 keeps it from starting and the latency model has measured
     nothing for this long, one call is made in the background (at the planner's priority, so
@@ -100,15 +101,26 @@ class ExecutorStats:
     duplicates: int = 0
     invalid: int = 0
     model_errors: int = 0
+    answers_kept: int = 0
+    """Score or live answers kept in the tree as branches (see ``keep_answers``)."""
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain data (latencies summarised)."""
+    def latency_ms(self) -> dict[str, float | None]:
+        """Recent decision latency in milliseconds: p50, p99, p999 and max (None before any)."""
         lat = sorted(self.latencies_s)
 
         def q(p: float) -> float | None:
             return lat[min(int(p * len(lat)), len(lat) - 1)] * 1e3 if lat else None
 
+        return {
+            "p50": q(0.5),
+            "p99": q(0.99),
+            "p999": q(0.999),
+            "max": lat[-1] * 1e3 if lat else None,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (latencies summarised)."""
         return {
             "decisions": self.decisions,
             "tiers": dict(self.tiers),
@@ -120,12 +132,8 @@ class ExecutorStats:
             "duplicates": self.duplicates,
             "invalid": self.invalid,
             "model_errors": self.model_errors,
-            "latency_ms": {
-                "p50": q(0.5),
-                "p99": q(0.99),
-                "p999": q(0.999),
-                "max": lat[-1] * 1e3 if lat else None,
-            },
+            "answers_kept": self.answers_kept,
+            "latency_ms": self.latency_ms(),
         }
 
 
@@ -184,7 +192,9 @@ class Executor:
         # The tree admits only actions the validator of record accepts, so a hit is a lookup.
         self.stats.invalid += tree.admit_only(schema.validate)
         self._done: OrderedDict[str, Decision] = OrderedDict()
-        self._seen: OrderedDict[str, float] = OrderedDict()  # id -> when it was decided
+        self._seen = IdWindow(  # the ids decided, by when
+            max_ids=self._config.max_remembered_ids, window_s=self._config.remember_ids_s
+        )
         self._inflight: dict[str, asyncio.Future[Decision]] = {}
         self._evidence = (-1, 0.0)  # latency measurements seen, and when that count changed
         self._probe: asyncio.Task[None] | None = None
@@ -217,10 +227,7 @@ class Executor:
         return event_id in self._inflight or event_id in self._seen
 
     def _forget_old(self) -> None:
-        horizon = asyncio.get_running_loop().time() - self._config.remember_ids_s
-        seen = self._seen
-        while seen and next(iter(seen.values())) < horizon:
-            seen.popitem(last=False)
+        self._seen.forget_old(asyncio.get_running_loop().time())
 
     async def decide(self, event: Event, state: WorldState) -> Decision:
         """The decision for ``event`` in ``state``; a repeated id gets the first decision again.
@@ -271,9 +278,7 @@ class Executor:
         self._done[d.event_id] = d
         while len(self._done) > cfg.remember:
             self._done.popitem(last=False)
-        self._seen[d.event_id] = d.decided_at
-        while len(self._seen) > cfg.max_remembered_ids:
-            self._seen.popitem(last=False)
+        self._seen.add(d.event_id, now=d.decided_at)
         s = self.stats
         s.decisions += 1
         s.tiers[d.tier.value] += 1
@@ -334,13 +339,56 @@ class Executor:
             text = self._describe(event, key)
             action = await self._score(context, text, end, skipped)
             if action is not None:
+                self._keep_answer(state, key, action)
                 return finish(Tier.SCORE, action)
             action = await self._live(context, text, end, skipped)
             if action is not None:
+                self._keep_answer(state, key, action)
                 return finish(Tier.LIVE, action)
         else:
             skipped.append(("model", "no backend"))
         return finish(Tier.DEFAULT, dict(self._default_json))
+
+    def _keep_answer(self, state: WorldState, key: EventKey | None, action: dict[str, Any]) -> None:
+        """Keep a score or live answer as the tree's branch for its exact (state, key).
+
+        The answer is the model's for the very prompt the planner would write that branch
+        from, so the next such event is a tree hit instead of another model call: without
+        this, a live tier that answers a frequent key pays the model for it every time, and
+        its urgent calls can keep the planner from ever writing that key (hybrid would then
+        answer fewer events than the tree alone). Only with the tree tier on (the ``live``
+        strategy stays a pure live caller), only for in-space keys, never over a branch
+        already there (a planned one stands).
+        """
+        if not self._config.use_tree or not self._config.keep_answers or key is None:
+            return
+        fp = state.fingerprint_for(key.type)
+        if self._tree.lookup(fp, key) is not None:
+            return
+        assert self._backend is not None
+        spec = self._space.types[key.type]
+        after = state.after(spec, key) if spec.effects else state
+        try:
+            self._tree.insert(
+                PolicyNode(
+                    fingerprint=fp,
+                    key=key,
+                    action=action,
+                    compact=self._schema.compact(self._schema.validate(action)),
+                    # It was asked for: as likely as anything the planner ranks.
+                    probability=1.0,
+                    model_id=self._backend.model_id,
+                    tokens=0,
+                    gen_seconds=0.0,
+                    created_at=asyncio.get_running_loop().time(),
+                    next_fingerprint=after.fingerprint if after != state else None,
+                    origin="answered",
+                )
+            )
+        except ForethoughtError as exc:  # the tree's check refused it: keep nothing
+            log.warning("answer not kept in the tree: %s", exc)
+            return
+        self.stats.answers_kept += 1
 
     @staticmethod
     def _describe(event: Event, key: EventKey | None) -> str:

@@ -18,7 +18,8 @@ from typing import Any
 
 import orjson
 
-from forethought.policies import EventKey, PolicyNode
+from forethought.policies._events import EventKey
+from forethought.policies._tree import PolicyNode
 
 __all__ = ["BranchRecord", "branch_key", "decode_key", "prompt_hash"]
 

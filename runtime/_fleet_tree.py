@@ -33,15 +33,18 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from forethought.policies import EventKey, ForethoughtError, PolicyNode, PolicyTree, WorldState
+from forethought.policies import ForethoughtError
+from forethought.policies._events import EventKey
+from forethought.policies._state import WorldState
+from forethought.policies._tree import PolicyNode, PolicyTree
 
 from ._fleet_config import FleetConfig
 from ._fleet_record import BranchRecord, decode_key
 
 if TYPE_CHECKING:
-    from forethought.planner import Branch
+    from forethought.planner._branch import Branch
 
-__all__ = ["FleetStats", "FleetTree"]
+__all__ = ["FleetStats", "FleetTree", "describe"]
 
 log = logging.getLogger("forethought.fleet")
 
@@ -49,6 +52,12 @@ NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
 """What a call to NATS raises when the fleet is away (retried, never fatal)."""
 
 _DELETE_OPS = ("DEL", "PURGE")
+
+
+def describe(exc: BaseException) -> str:
+    """An error's type and message (a client timeout carries no message of its own)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @dataclass(slots=True)
@@ -123,6 +132,16 @@ class FleetTree:
         return self._connected.is_set()
 
     @property
+    def cut_off(self) -> bool:
+        """Whether the fleet was reachable once and is not now.
+
+        An agent that has not reached the fleet yet is starting, not cut off: the workers'
+        branches arrive once it connects, and planning alone meanwhile would write (and offer)
+        what the fleet has planned already.
+        """
+        return self._nc is not None and not self._connected.is_set()
+
+    @property
     def js(self) -> JetStreamContext:
         """The JetStream context (raises before the first connection)."""
         if self._nc is None:
@@ -191,7 +210,7 @@ class FleetTree:
                     error_cb=error,
                 )
             except NATS_ERRORS as exc:
-                log.info("fleet not reachable yet (%s); retrying", exc)
+                log.info("fleet not reachable yet (%s); retrying", describe(exc))
                 await asyncio.sleep(0.5)
                 continue
             self._connected.set()
@@ -213,7 +232,7 @@ class FleetTree:
             except nats.js.errors.BucketNotFoundError:
                 await asyncio.sleep(0.5)  # no worker has created the tree yet
             except NATS_ERRORS as exc:
-                log.info("fleet watch interrupted (%s); starting over", exc)
+                log.info("fleet watch interrupted (%s); starting over", describe(exc))
                 await asyncio.sleep(0.25)
 
     async def _follow(self, kv: KeyValue) -> None:
@@ -313,7 +332,7 @@ class FleetTree:
                     self._offers.popleft()
                     self.stats.offered += 1
             except NATS_ERRORS as exc:
-                log.info("fleet publish failed (%s); retrying", exc)
+                log.info("fleet publish failed (%s); retrying", describe(exc))
                 await asyncio.sleep(0.25)
                 self._wake_outbox.set()
 
@@ -324,12 +343,12 @@ class FleetTree:
         return ((own, 1.0),)
 
     def taken(self, fingerprint: str, key: EventKey) -> bool:
-        """While the fleet is reachable its workers plan every branch."""
-        return self.connected
+        """The fleet's workers plan every branch unless this agent is cut off."""
+        return not self.cut_off
 
     async def claim(self, branches: Sequence[Branch]) -> list[Branch]:
         """Cut off, every branch is ours to write (and to offer later)."""
-        return [] if self.connected else list(branches)
+        return list(branches) if self.cut_off else []
 
     def written(self, node: PolicyNode) -> None:
         """A branch planned while cut off: offer it once the fleet is back."""

@@ -31,29 +31,36 @@ import orjson
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
-from forethought.models import ModelBackend, ModelGate
-from forethought.planner import Forecaster, Planner, PlannerConfig
-from forethought.policies import (
-    AgentSpec,
-    EventKey,
-    ForethoughtError,
-    PolicyNode,
-    PolicyTree,
-    WorldState,
-)
+from forethought.models import ModelBackend
+from forethought.models._gate import ModelGate
+from forethought.planner import PlannerConfig
+from forethought.planner._forecaster import Forecaster
+from forethought.planner._planner import Planner
+from forethought.policies import AgentSpec, ForethoughtError
+from forethought.policies._events import EventKey
+from forethought.policies._state import WorldState
+from forethought.policies._tree import PolicyNode, PolicyTree
 
 from ._fleet_config import FleetConfig
 from ._fleet_record import BranchRecord, branch_key, prompt_hash
-from ._fleet_tree import NATS_ERRORS, FleetTree
+from ._fleet_tree import NATS_ERRORS, FleetTree, describe
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext
 
-    from forethought.planner import Branch
+    from forethought.planner._branch import Branch
 
 __all__ = ["FleetWorker", "WorkerStats", "ensure_fleet"]
 
 log = logging.getLogger("forethought.fleet")
+
+OFFER_ACK_WAIT_S = 5.0
+"""How long an offer fetched and not acknowledged waits before it is delivered again.
+
+An offer is acknowledged only once written (or refused); one whose write timed out, in a
+cluster electing its leaders after a restart, comes back after this wait rather than the
+server's default 30 s.
+"""
 
 
 async def ensure_fleet(js: JetStreamContext, config: FleetConfig) -> None:
@@ -200,7 +207,7 @@ class FleetWorker:
         try:
             kv = await self.fleet.js.key_value(self.names.claims)
         except NATS_ERRORS as exc:
-            log.info("claiming failed (%s); retrying later", exc)
+            log.info("claiming failed (%s); retrying later", describe(exc))
             return won
         for branch in branches:
             key = branch_key(branch.fingerprint, branch.key)
@@ -210,7 +217,7 @@ class FleetWorker:
                 try:
                     ours = await self._holds(kv, key)
                 except NATS_ERRORS as exc:
-                    log.info("reading a claim failed (%s); retrying later", exc)
+                    log.info("reading a claim failed (%s); retrying later", describe(exc))
                     break
                 if ours:
                     won.append(branch)  # ours from an earlier round that wrote nothing
@@ -219,7 +226,7 @@ class FleetWorker:
                 self._elsewhere[key] = now + self.config.claim_ttl_s
                 continue
             except NATS_ERRORS as exc:
-                log.info("claiming failed (%s); retrying later", exc)
+                log.info("claiming failed (%s); retrying later", describe(exc))
                 break
             self.stats.claimed += 1
             won.append(branch)
@@ -251,7 +258,7 @@ class FleetWorker:
                         self.stats.written += 1
                     self._writes.popleft()
             except NATS_ERRORS as exc:
-                log.info("writing the tree failed (%s); retrying", exc)
+                log.info("writing the tree failed (%s); retrying", describe(exc))
                 await asyncio.sleep(0.25)
                 self._wake_writer.set()
 
@@ -300,18 +307,23 @@ class FleetWorker:
                     )
                 )
                 offers = await js.pull_subscribe(
-                    f"ft.{names.fleet}.offer.*", durable=names.offers_consumer, stream=names.demand
+                    f"ft.{names.fleet}.offer.*",
+                    durable=names.offers_consumer,
+                    stream=names.demand,
+                    config=nats.js.api.ConsumerConfig(ack_wait=OFFER_ACK_WAIT_S),
                 )
                 while self.fleet.reconnects == reconnects:
                     try:
                         msgs = await offers.fetch(16, timeout=1.0)
-                    except nats.errors.TimeoutError:
+                    except TimeoutError:
+                        # No offer within the second. The client raises its own TimeoutError
+                        # or asyncio's, depending on where in the fetch the time ran out.
                         continue
                     kv = await js.key_value(names.tree)
                     for msg in msgs:
                         await self._offer(kv, msg)
             except NATS_ERRORS as exc:
-                log.info("fleet demand interrupted (%s); starting over", exc)
+                log.info("fleet demand interrupted (%s); starting over", describe(exc))
                 await asyncio.sleep(0.25)
             finally:
                 for sub in subs:

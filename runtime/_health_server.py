@@ -26,7 +26,7 @@ import orjson
 
 from forethought.policies import ConfigError
 
-from ._health import HealthReport
+from ._health_report import HealthReport
 
 __all__ = ["HealthServer"]
 
@@ -149,15 +149,15 @@ def prometheus_text(report: HealthReport) -> bytes:
         for tier, n in sorted(c.tiers.items()):
             tiers.add_metric([report.agent, tier], n)
         yield tiers
-        for name, key, doc in (
-            ("forethought_deadline_misses", "misses", "Decisions after their deadline"),
-            ("forethought_fallbacks", "fallbacks", "Decisions that were the default action"),
-            ("forethought_rejects", "rejects", "Events refused (malformed, expired)"),
-            ("forethought_invalid_actions", "invalid", "Model actions refused by the schema"),
-            ("forethought_model_errors", "model_errors", "Failed live-tier model calls"),
+        for name, count, doc in (
+            ("forethought_deadline_misses", c.misses, "Decisions after their deadline"),
+            ("forethought_fallbacks", c.fallbacks, "Decisions that were the default action"),
+            ("forethought_rejects", c.rejects, "Events refused (malformed, expired)"),
+            ("forethought_invalid_actions", c.invalid, "Model actions refused by the schema"),
+            ("forethought_model_errors", c.model_errors, "Failed live-tier model calls"),
         ):
             m = CounterMetricFamily(name, doc, labels=["agent"])
-            m.add_metric(agent, getattr(c, key))
+            m.add_metric(agent, count)
             yield m
         yield from _planner_families(report, agent, CounterMetricFamily, GaugeMetricFamily)
         for name, value, doc in (

@@ -2,7 +2,7 @@
 
 One event's walk, each step in one place::
 
-    bus.events()       an Event with its arrival time and age (runtime/_mqtt, runtime/_age)
+    bus.events()       an Event with its arrival time and age (transports/_mqtt, _age)
     Backlog.take()     the next one; newest first for latest_only types (runtime/_backlog)
     agent.arrive()     its absolute deadline, resolved once, from when it was sent
     Freshness.judge()  expired, unknown-age and from-the-future ones are refused here
@@ -18,24 +18,62 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from forethought.policies import InputError
 
 from ._backlog import Backlog
 
 if TYPE_CHECKING:
-    from ._agent import Agent
-    from ._bus import EventBus
+    from forethought.policies._events import EventSpace
+
     from ._decision import Decision
     from ._event import Event
+    from ._freshness import Freshness
+    from .transports._bus import EventBus
 
-__all__ = ["serve"]
+__all__ = ["Served", "serve"]
+
+
+class Served(Protocol):
+    """What the serve loop needs of an agent (the Agent is one).
+
+    A protocol, so the loop does not import the agent that runs it.
+    """
+
+    rejected: int
+    """Events refused before deciding (the loop counts its refusals here)."""
+
+    @property
+    def latest_only(self) -> frozenset[str]:
+        """Event types of which only the newest waiting one is decided."""
+        ...
+
+    @property
+    def freshness(self) -> Freshness:
+        """Judges each event's age."""
+        ...
+
+    @property
+    def space(self) -> EventSpace:
+        """The declared event space (for the warning beside an out-of-space decision)."""
+        ...
+
+    def arrive(self, event: Event) -> Event:
+        """``event`` with its absolute deadline, resolved once."""
+        ...
+
+    async def decide(self, event: Event) -> Decision:
+        """The decision for ``event``."""
+        ...
+
 
 log = logging.getLogger("forethought.serve")
 
 
-async def serve(agent: Agent, bus: EventBus, tg: asyncio.TaskGroup, *, max_concurrent: int) -> None:
+async def serve(
+    agent: Served, bus: EventBus, tg: asyncio.TaskGroup, *, max_concurrent: int
+) -> None:
     """Decide every event ``bus`` yields, in tasks of ``tg``; runs until cancelled."""
     slots = asyncio.Semaphore(max_concurrent)
     loop = asyncio.get_running_loop()
@@ -67,7 +105,7 @@ async def serve(agent: Agent, bus: EventBus, tg: asyncio.TaskGroup, *, max_concu
         task.add_done_callback(lambda _: slots.release())
 
 
-async def _handle(agent: Agent, bus: EventBus, event: Event) -> None:
+async def _handle(agent: Served, bus: EventBus, event: Event) -> None:
     try:
         decision = await agent.decide(event)
     except InputError as exc:
@@ -85,7 +123,7 @@ async def _handle(agent: Agent, bus: EventBus, event: Event) -> None:
         await bus.warn(event, _out_of_space(agent, event, decision))
 
 
-def _out_of_space(agent: Agent, event: Event, decision: Decision) -> str:
+def _out_of_space(agent: Served, event: Event, decision: Decision) -> str:
     """The warning beside a decision for an event the spec does not declare."""
     declared = agent.space.types.get(event.type)
     answer = f"answered by the {decision.tier.value} tier, {decision.action}"

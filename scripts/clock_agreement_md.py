@@ -5,6 +5,8 @@ python scripts/clock_agreement_md.py [JSON] [MD]
 
 from __future__ import annotations
 
+import re
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,15 @@ def _scenario(s: dict[str, Any]) -> list[str]:
         f"{p['spread95']:.2f}; a call's own work p50/p95 {p['call_p50_ms']:.1f}/"
         f"{p['call_p95_ms']:.1f} ms, a decode pass's {p['pass_p50_ms']:.1f}/"
         f"{p['pass_p95_ms']:.1f} ms (+{p['row_p50_ms']:.2f} ms per further row), tree "
-        f"selection {p['select_p50_ms']:.3f}/{p['select_p95_ms']:.3f} ms.",
+        f"selection {p['select_p50_ms']:.3f}/{p['select_p95_ms']:.3f} ms; "
+        + (
+            f"a call after more than {p['idle_after_ms']:.0f} ms idle pays "
+            f"{p['idle_p50_ms']:.1f}/{p['idle_p95_ms']:.1f} ms on top."
+            if "idle_after_ms" in p
+            else "idle time measured free."
+            if "idle_p50_ms" in p
+            else ""
+        ),
         "",
         "| strategy | answered in time, virtual | answered in time, real | gap (points) "
         "| within 5 | tiers t/s/l/d virtual | tiers t/s/l/d real |",
@@ -83,6 +93,83 @@ def _scenario(s: dict[str, Any]) -> list[str]:
                 else ""
             )
             lines.append(f"- {name}, {clock} clock: {reasons}{took}")
+    return [*lines, "", *_explained(s)]
+
+
+def _span(xs: list[float]) -> str:
+    """min-max (median), in ms."""
+    if not xs:
+        return "-"
+    return f"{min(xs):.0f}-{max(xs):.0f} ms (median {statistics.median(xs):.0f} ms)"
+
+
+def _median(xs: list[float]) -> str:
+    return "-" if not xs else f"{statistics.median(xs):.0f} ms"
+
+
+def _typical(xs: list[int]) -> str:
+    return "-" if not xs else f"{statistics.median(xs):g}"
+
+
+def _live_calls(s: dict[str, Any], clock: str, name: str) -> list[str]:
+    """What decided one strategy's defaults on one clock, from its per-call log."""
+    d = s[clock]["defaults"][name]
+    log = s[clock]["calls"][name]["log"]
+    declined = [e for e in d["events"] if "does not fit" in e["reason"]]
+    p95s = [
+        float(m.group(1)) for e in declined if (m := re.search(r"p95 ([0-9.]+) ms", e["reason"]))
+    ]
+    budgets = [e["budget_ms"] for e in declined if e["budget_ms"] is not None]
+    live = [c for c in log if c["kind"] == "live"]
+    probes = [c for c in log if c["kind"] == "probe"]
+    ran = live + probes
+    forward = [c["forward_ms"] for c in ran]
+    predicted = [c["predicted_p95_ms"] for c in live if c["predicted_p95_ms"] is not None]
+    took = [c["took_ms"] for c in ran]
+    would = statistics.median(took) if took else None
+    fits = sum(b >= would for b in budgets) if would is not None else 0
+    others = len(d["events"]) - len(declined)
+    lines = [
+        f"- **{clock} clock**: {len(d['events'])} defaults; {len(declined)} declined by the p95 "
+        f"check before any model work (budget {_span(budgets)}; the live tier's p95 then "
+        f"{_span(p95s)})"
+        + (f"; {others} for other reasons (listed below)" if others else "")
+        + ".",
+        f"  The model ran {len(live)} live call(s) and {len(probes)} background probe(s)"
+        + (f" (the live calls' p95 when handed over: {_median(predicted)})" if predicted else "")
+        + f": they took {_median(took)} on the worker ({_median(forward)} in "
+        f"forward passes, {_typical([c['prefills'] for c in ran])} prefill(s) and "
+        f"{_typical([c['steps'] for c in ran])} decode pass(es)), after "
+        f"{_median([c['idle_before_ms'] for c in ran if c['idle_before_ms'] is not None])} idle"
+        + (
+            f"; {sum(c['idle_charged_ms'] > 0 for c in ran)} of them charged the idle cost"
+            if clock == "virtual"
+            else ""
+        )
+        + ".",
+    ]
+    if would is not None and declined:
+        lines.append(
+            f"  A call as long as their median would have fitted {fits} of the "
+            f"{len(declined)} declined budgets"
+            + (" (none was declined that would have fitted)." if fits == 0 else ".")
+        )
+    return lines
+
+
+def _explained(s: dict[str, Any]) -> list[str]:
+    """The live strategy's defaults on both clocks, explained from the per-call logs."""
+    if "live" not in s["real"]["defaults"] or "calls" not in s["real"]:
+        return []
+    lines = [
+        f"### What decided the live strategy's defaults on {s['scenario']}",
+        "",
+        "From the per-call log (`calls` in the JSON: every model call with the p95 predicted "
+        "when it was handed over, what it took, its passes and the idle time before it):",
+        "",
+    ]
+    for clock in ("real", "virtual"):
+        lines += _live_calls(s, clock, "live")
     return [*lines, ""]
 
 
@@ -95,10 +182,11 @@ def render(data: dict[str, Any]) -> str:
         "# The virtual clock against the wall clock",
         "",
         "Each scenario replayed on this machine twice, on "
-        f"{scope} of its trace: on the virtual clock, charged by a profile measured on this "
-        "machine just before (`cpu-measured`: forward passes, each call's and each decode "
-        "pass's own work, tree selection, all as measured distributions), and on the real "
-        "clock (no profile: every pass, hop and mask takes the time it takes). The target: "
+        f"{scope} of its trace: on the real clock right after a profile of this machine was "
+        "measured (no profile used: every pass, hop and mask takes the time it takes), then on "
+        "the virtual clock charged by that profile (`cpu-measured`: forward passes after the "
+        "scenario's prompt prefix, each call's and each decode pass's own work, the cost of a "
+        "call after idle time, tree selection, all as measured distributions). The target: "
         "answered in time within 5 points on both clocks, for every strategy.",
         "",
         f"Generated by `scripts/clock_agreement_md.py` from `clock-agreement.json` (commit "

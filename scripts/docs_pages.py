@@ -9,7 +9,7 @@ pydantic model (its fields, types, defaults and attribute docstrings).
     .venv/bin/python scripts/docs_pages.py           # write them
     .venv/bin/python scripts/docs_pages.py --check   # exit 1, naming each, if any is stale
 
-``tests/test_docs.py`` runs the check, so a JSON or a config field changed without this script
+``tests/model/test_docs.py`` runs the check, so a JSON or a config field changed without this script
 fails the suite.
 """
 
@@ -78,12 +78,37 @@ def _cell(figures: dict[str, float] | None) -> str:
     return f"**{c:g}** / {a:g} / {f:g}"
 
 
+def _waste(figures: dict[str, Any] | None) -> str:
+    if figures is None or figures.get("waste") is None:
+        return "—"
+    used, written = figures["branches"]
+    gap = figures["waste"] - figures["reference_waste"]
+    return (
+        f"{figures['waste']:g} vs {figures['reference_waste']:g} ({gap:+.1f}); "
+        f"{used} / {written}; {figures['coverage_per_branch']:.2f}"
+    )
+
+
 def render_matrix(data: dict[str, Any]) -> str:
     """``docs/results/matrix.md``: every scenario under every profile."""
     lines = [f"# {data['title']}", "", *_measured(data)]
     lines += [f"Each cell: {data['unit']}.", ""]
     rows = [[r["scenario"], r["profile"], *(_cell(r[s]) for s in STRATEGIES)] for r in data["rows"]]
     lines += _table(["scenario", "profile", *STRATEGIES], rows)
+    planned = [
+        s for s in STRATEGIES if any((r[s] or {}).get("waste") is not None for r in data["rows"])
+    ]
+    if planned:
+        lines += [
+            "Planner waste beside the reference waste (docs/concepts/waste.md), in %, with the "
+            "branches used / written and the coverage per branch (events the tree answered per "
+            "branch written):",
+            "",
+        ]
+        rows = [
+            [r["scenario"], r["profile"], *(_waste(r[s]) for s in planned)] for r in data["rows"]
+        ]
+        lines += _table(["scenario", "profile", *planned], rows)
     if data.get("notes"):
         lines += [data["notes"], ""]
     return _generated("docs/results/matrix.json") + "\n".join(lines)

@@ -36,7 +36,7 @@ def _commit() -> str:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     )
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], check=False).returncode != 0
-    return out.stdout.strip() + ("-dirty" if dirty else "")
+    return out.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def _paths(names: list[str]) -> list[Path]:

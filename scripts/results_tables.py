@@ -88,6 +88,8 @@ def planner_waste() -> str:
             missing = [n for n in shipped if n not in {r["scenario"] for r in data["rows"]}]
             if missing:
                 lines += [f"Shipped but not in this run (not measured): {', '.join(missing)}.", ""]
+        if data is not None and data.get("notes"):
+            lines += [data["notes"], ""]
     return "\n".join(lines)
 
 

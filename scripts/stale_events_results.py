@@ -1,7 +1,11 @@
 """Run the reliability suite's R11 (stale events), and R3 when asked; write the JSON and its page.
 
-    python scripts/stale_events_results.py --model smollm2-135m            # run, then write
+    python scripts/stale_events_results.py --model smollm2-135m --r3       # run, then write
     python scripts/stale_events_results.py --render-only                    # page from the JSON
+
+Defaults are the suite's full rows: R11 with 10 agent kills and 5 broker restarts (50 Hz,
+200-500 ms deadlines); with ``--r3``, R3's broker faults (20 kills, 3 freezes) and its agent
+kills (5), as ``python -m benchmarks.reliability`` runs them.
 
 The JSON (docs/results/reliability-stale-events.json) names the commit, date, machine, model
 and rounds; the page (docs/results/reliability-stale-events.md) is generated from it alone.
@@ -53,17 +57,32 @@ def _commit() -> str:
 
 def run(model: str, agent_kills: int, broker_restarts: int, r3: bool) -> dict[str, Any]:
     """Run the rows; the results with where and when they were measured."""
-    from forethought.bench._broker_faults import run_agent_kills  # noqa: PLC0415
-    from forethought.bench._reliability import r11_targets  # noqa: PLC0415
-    from forethought.bench._stale_events import run_stale_events  # noqa: PLC0415
+    # The suite is the repository's benchmarks/reliability/, not part of the package: this
+    # script runs from scripts/, so the repository root goes on the path for it.
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.reliability.broker_faults import (  # noqa: PLC0415
+        run_agent_kills,
+        run_broker_faults,
+    )
+    from benchmarks.reliability.stale_events import run_stale_events  # noqa: PLC0415
+    from benchmarks.reliability.suite import (  # noqa: PLC0415
+        r3_agent_targets,
+        r3_targets,
+        r11_targets,
+    )
+    from forethought.models import TransformersBackend  # noqa: PLC0415
 
     started = datetime.datetime.now(datetime.UTC)
     out: dict[str, Any] = {
+        "title": "Reliability: stale events (R11)" + (" and R3" if r3 else ""),
+        "generator": "scripts/stale_events_results.py",
+        "rounds": 1,
         "commit": _commit(),
         "date": started.isoformat(timespec="seconds"),
         "machine": _machine(),
         "model": model,
-        "profile": "executor: tree, then the default (planner and model tiers off)",
+        "profile": "R11: executor tree, then the default (planner and model tiers off)"
+        + ("; R3: the planner on, as the reliability suite runs it" if r3 else ""),
     }
     r11 = asyncio.run(
         run_stale_events(model, agent_kills=agent_kills, broker_restarts=broker_restarts)
@@ -74,8 +93,16 @@ def run(model: str, agent_kills: int, broker_restarts: int, r3: bool) -> dict[st
         for name, (v, op, b) in r11_targets(r11).items()
     }
     if r3:
-        r3a = asyncio.run(run_agent_kills(model, kills=2))
-        out["r3_agent"] = r3a
+        backend = TransformersBackend(model=model)
+        backend.load(warm_up=False)
+        out["r3_broker"] = asyncio.run(run_broker_faults(backend, kills=20, freezes=3))
+        out["r3_agent"] = asyncio.run(run_agent_kills(model, kills=5))
+        out["r3_targets"] = {
+            name: {"value": v, "op": op, "bound": b, "holds": _holds(v, op, b)}
+            for name, (v, op, b) in (
+                r3_targets(out["r3_broker"]) | r3_agent_targets(out["r3_agent"])
+            ).items()
+        }
     out["wall_s"] = round((datetime.datetime.now(datetime.UTC) - started).total_seconds(), 1)
     return out
 
@@ -114,9 +141,13 @@ def render(data: dict[str, Any]) -> str:
         "",
         "| figure | value |",
         "|---|---|",
+        f"| events sent (each try its own event, with its own deadline) | "
+        f"{r.get('tries', r['acked'])} |",
         f"| events the broker acknowledged | {r['acked']} |",
         f"| decided (an action came) | {r['decided']} |",
         f"| acted on by the actuator | {r['acted']} |",
+        f"| acknowledged events no outage touched; share of them acted on in time | "
+        f"{r.get('untouched', '-')}; {r.get('acted_share_untouched', '-')} |",
         f"| refused on the errors topic, by reason | {r['refused']} |",
         f"| neither, their whole life inside an outage | {r['missing_in_outage']} |",
         f"| actions the actuator dropped (arrived after their `deadline_ns`, or not met) | "
@@ -147,15 +178,35 @@ def render(data: dict[str, Any]) -> str:
     for row in r["rows"]:
         back = row["online_again_after_s"]
         lines.append(f"| {row['fault']} | {'-' if back is None else round(back, 2)} |")
+    if "r3_targets" in data:
+        lines += [
+            "",
+            "## R3: nothing acknowledged lost or acted on late",
+            "",
+            "| must hold | value | bound | holds |",
+            "|---|---|---|---|",
+        ]
+        for name, t in data["r3_targets"].items():
+            lines.append(f"| {name} | {t['value']} | {t['op']} {t['bound']:g} | {t['holds']} |")
+    if "r3_broker" in data:
+        b = data["r3_broker"]
+        lines += [
+            "",
+            f"Broker faults: {b['kills']} SIGKILLs and {b['freezes']} SIGSTOPs of a persistent "
+            f"Mosquitto under a 50 Hz QoS 1 stream: {b['acked']} acknowledged, lost {b['lost']} "
+            f"(refused, by reason: {b.get('refused', {})}), acted on late {b['acted_late']}, "
+            f"actuated twice {b['actuated_twice']}, decided twice {b['decided_twice']}; "
+            f"reconnect p99 {b['reconnect_p99_s']} s.",
+        ]
     if "r3_agent" in data:
         a = data["r3_agent"]
         lines += [
             "",
-            "## R3, agent kills: nothing acknowledged lost or acted on late",
-            "",
-            f"{a['kills']} SIGKILLs at {a['hz']:g} Hz: {a['acked']} acknowledged, lost "
-            f"{a['lost']}, acted on late {a['acted_late']}, actuated twice "
-            f"{a['actuated_twice']}, decided twice {a['decided_twice']}.",
+            f"Agent kills: {a['kills']} SIGKILLs of `forethought run` at {a['hz']:g} Hz: "
+            f"{a['acked']} acknowledged, lost {a['lost']} (refused, by reason: "
+            f"{a.get('refused', {})}), acted on late {a['acted_late']}, actuated twice "
+            f"{a['actuated_twice']}, decided twice {a['decided_twice']}; restarts from the "
+            f"snapshot {a['restarted_from_snapshot']} of {a['kills']}.",
         ]
     return "\n".join(lines) + "\n"
 
@@ -166,11 +217,16 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--agent-kills", type=int, default=10)
     p.add_argument("--broker-restarts", type=int, default=5)
-    p.add_argument("--r3", action="store_true", help="also R3's agent kills (2)")
+    p.add_argument(
+        "--r3",
+        action="store_true",
+        help="also R3: broker faults (20 kills, 3 freezes), agent kills (5)",
+    )
     p.add_argument("--render-only", action="store_true")
     args = p.parse_args()
     if not args.render_only:
         data = run(args.model, args.agent_kills, args.broker_restarts, args.r3)
+        data["command"] = " ".join(["scripts/stale_events_results.py", *sys.argv[1:]])
         JSON.parent.mkdir(parents=True, exist_ok=True)
         JSON.write_text(json.dumps(data, indent=1) + "\n")
     PAGE.write_text(render(json.loads(JSON.read_text())))

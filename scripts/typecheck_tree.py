@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MAPPING = {
     "": "forethought",
     "bench": "forethought/bench",
+    "testing": "forethought/testing",
     "runtime": "runtime",
+    "runtime/transports": "runtime/transports",
     "models": "models",
     "models/backends": "models/backends",
     "models/grammar": "models/grammar",

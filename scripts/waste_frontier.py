@@ -17,14 +17,9 @@ from typing import Any
 
 from forethought.models import TransformersBackend
 from forethought.planner import PlannerConfig
-from forethought.sims import (
-    add_references,
-    fixed_profile,
-    load_scenario,
-    metrics,
-    replay,
-    shipped_scenarios,
-)
+from forethought.sims import load_scenario, metrics, replay, shipped_scenarios
+from forethought.sims._fidelity import add_references
+from forethought.sims._levers import fixed_profile
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ second figure plans, per visited state, a smallest neighbour cover instead of ev
 (greedy: the key whose neighbourhood holds the most keys not yet answered, until every key
 is) and counts a planned key used when it or a neighbour it serves was asked for.
 
-A third figure is the reference every replay reports (``forethought.sims.reference_waste``),
+A third figure is the reference every replay reports (``forethought.sims._waste.reference_waste``),
 here at 90 % coverage: knowing the true distribution and how many events each state will see,
 it plans in every state the likeliest keys until they hold 90 % of the stream's mass and
 expects key k, of probability p, to be used with chance 1 - (1 - p)^n in a state that sees n
@@ -24,14 +24,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forethought.policies import EventKey, EventSpace
-from forethought.sims import (
-    event_distribution,
-    load_scenario,
-    reference_waste,
-    shipped_scenarios,
-    state_visits,
-)
+from forethought.policies._events import EventKey, EventSpace
+from forethought.sims import load_scenario, shipped_scenarios
+from forethought.sims._waste import event_distribution, reference_waste, state_visits
 
 
 def _cover(space: EventSpace, keys: list[EventKey]) -> list[EventKey]:

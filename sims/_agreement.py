@@ -1,8 +1,9 @@
 """Virtual against real: one scenario replayed on both clocks, the gap per strategy and figure.
 
 The virtual clock is only evidence if it agrees with the wall clock where both can run. This
-replays a scenario on the virtual clock, charged by a profile (measured on this machine at the
-start, normally), then on the real clock on the same machine, and lines the figures up.
+replays a scenario on the real clock (right after a profile of this machine was measured,
+normally), then on the virtual clock charged by that profile, and lines the figures up, with
+each side's per-call log (``calls``) to read a gap by.
 A virtual report names the profile it was charged by; a real one names none: it used none.
 """
 
@@ -12,11 +13,11 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forethought.models import LatencyProfile, TransformersBackend
+from forethought.models import LatencyProfile
 
 from ._profiles import profile_figures
 from ._records import StrategyRun
@@ -24,7 +25,18 @@ from ._replay import replay
 from ._report import metrics, table
 from ._scenario import Scenario
 
-__all__ = ["FIGURES", "ClockComparison", "FigureGap", "compare_clocks", "defaults"]
+if TYPE_CHECKING:
+    # The local model (torch): only named in annotations, so the sims import without it.
+    from forethought.models import TransformersBackend
+
+__all__ = [
+    "FIGURES",
+    "ClockComparison",
+    "FigureGap",
+    "calls",
+    "compare_clocks",
+    "defaults",
+]
 
 FIGURES: dict[str, Callable[[dict[str, Any]], float | None]] = {
     "answered_in_time": lambda m: m["answered_in_time"],
@@ -101,11 +113,13 @@ class ClockComparison:
                 "profile": {"name": self.profile_name, **profile_figures(self.profile)},
                 "strategies": {k: metrics(v) for k, v in self.virtual.items()},
                 "defaults": {k: defaults(v) for k, v in self.virtual.items()},
+                "calls": {k: calls(v) for k, v in self.virtual.items()},
             },
             "real": {
                 "clock": "real",
                 "strategies": {k: metrics(v) for k, v in self.real.items()},
                 "defaults": {k: defaults(v) for k, v in self.real.items()},
+                "calls": {k: calls(v) for k, v in self.real.items()},
             },
             "gaps": [
                 {
@@ -145,6 +159,27 @@ def defaults(run: StrategyRun) -> dict[str, Any]:
     }
 
 
+def calls(run: StrategyRun) -> dict[str, Any]:
+    """Every model call of the run (see :class:`CallEntry`) and the live calls' medians."""
+    live = [c for c in run.calls if c.kind == "live" and c.steps > 0]
+
+    def median(xs: list[float]) -> float | None:
+        return round(float(np.median(xs)) * 1e3, 1) if xs else None
+
+    return {
+        "live_summary": {
+            "n": len(live),
+            "predicted_p95_ms": median([c.predicted_p95_s for c in live if c.predicted_p95_s]),
+            "took_ms": median([c.took_s for c in live]),
+            "forward_ms": median([c.forward_s for c in live]),
+            "idle_before_ms": median([c.idle_before_s for c in live if c.idle_before_s]),
+            "idle_charged": sum(c.idle_charged_s > 0 for c in live),
+        },
+        "plan_calls": sum(c.kind == "plan" for c in run.calls),
+        "log": [c.as_json() for c in run.calls],
+    }
+
+
 def _pc(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
@@ -163,7 +198,15 @@ def compare_clocks(
     seed: int | None = None,
     progress: Callable[[], None] = lambda: None,
 ) -> ClockComparison:
-    """Replay ``scenario`` on the virtual clock (charged by ``profile``), then the real one."""
+    """Replay ``scenario`` on the real clock, then on the virtual one (charged by ``profile``).
+
+    Real first: the profile is measured just before (normally), so the real replay runs on
+    the machine as it was measured; the virtual replay's figures do not depend on when it runs
+    (its passes are charged, not timed).
+    """
+    real = replay(
+        scenario, backend, strategies=strategies, clock="real", seed=seed, progress=progress
+    )
     virtual = replay(
         scenario,
         backend,
@@ -172,8 +215,5 @@ def compare_clocks(
         profile=profile,
         seed=seed,
         progress=progress,
-    )
-    real = replay(
-        scenario, backend, strategies=strategies, clock="real", seed=seed, progress=progress
     )
     return ClockComparison(scenario, profile_name, profile, virtual, real)

@@ -1,7 +1,7 @@
 """ChargedClock: model work costs *virtual* time, drawn from a device profile.
 
 A simulated replay runs every model call for real (the actions are real) on a
-:class:`~forethought.sims.VirtualTimeLoop`, with the backend reading this clock. Each forward
+:class:`VirtualTimeLoop`, with the backend reading this clock. Each forward
 pass is computed while virtual time stands still, then charged what the device profile
 predicts for *that* pass -- a prefill of n tokens, or a decode pass feeding k tokens to r rows
 -- drawn around the prediction from the profile's spread with a seeded generator. The decoder's
@@ -12,7 +12,10 @@ the model, planner and executor calls queue on it as they would on one device.
 What a real call pays besides its forward passes is charged too, from the profile's measured
 distributions: each call's own work (the hop to the worker, tokenizing, the grammar set-up,
 reading the output) as the call starts on the worker, and each decode pass's (the grammar mask
-per row, the argmax, the next pass's tensors) with that pass.
+per row, the argmax, the next pass's tensors) with that pass. A call that starts after the
+model sat idle longer than the profile's ``idle_after_s`` pays its ``idle_cost`` on top (caches
+and threads gone cold: its first passes are slower), so a model that waits between events pays
+what a real one does.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from forethought.models import LatencyModel, LatencyProfile, Pass, PassKind, Prediction
+from forethought.models import LatencyModel, LatencyProfile, Prediction
+from forethought.models._clock import Pass, PassKind
 
 if TYPE_CHECKING:
     from ._vloop import VirtualTimeLoop
@@ -63,6 +67,11 @@ class ChargedClock:
         self.overhead_s = 0.0
         """The part of :attr:`charged_s` outside forward passes."""
         self.passes = 0
+        self.idle_s = 0.0
+        """The part of :attr:`overhead_s` charged for calls after idle time."""
+        self.idle_calls = 0
+        """How many calls were charged the profile's ``idle_cost``."""
+        self._last_end = loop.time()  # the model is idle from the moment it is there
 
     def now(self) -> float:
         """The loop's virtual time."""
@@ -98,6 +107,21 @@ class ChargedClock:
         """What one call's own work costs outside its passes (one draw)."""
         cost = self._profile.call_cost
         return cost.at(self._rng.random()) if cost.quantiles else 0.0
+
+    def idle_cost(self) -> float:
+        """What the call starting now pays for the model's idle time before it (one draw).
+
+        Nothing unless the model was idle for longer than the profile's ``idle_after_s`` since
+        its last call ended (no draw either: a profile without an idle cost charges as before).
+        """
+        p = self._profile
+        idle = self._loop.time() - self._last_end
+        if not p.idle_cost.quantiles or idle <= p.idle_after_s:
+            return 0.0
+        seconds = p.idle_cost.at(self._rng.random())
+        self.idle_s += seconds
+        self.idle_calls += 1
+        return seconds
 
     def select_cost(self) -> float:
         """What one decision's own work in the executor costs (one draw, on the loop)."""
@@ -137,9 +161,10 @@ class ChargedClock:
     async def replay(self, passes: list[Pass]) -> float:
         """Charge a logged call again on the loop (no model work); returns seconds.
 
-        Its own costs, then its passes, drawn in the order computing it draws them.
+        Its own costs (and its idle cost), then its passes, drawn in the order computing it
+        draws them.
         """
-        total = self.call_cost()
+        total = self.call_cost() + self.idle_cost()
         self.charged_s += total
         self.overhead_s += total
         await asyncio.sleep(total)
@@ -151,6 +176,7 @@ class ChargedClock:
             self.passes += 1
             total += seconds + extra
             await asyncio.sleep(seconds + extra)
+        self._last_end = self._loop.time()
         return total
 
     def begin_call(self) -> None:
@@ -158,13 +184,17 @@ class ChargedClock:
         self._loop.hold()
 
     def start_call(self) -> None:
-        """The call's work starts on the worker: spend its own costs (it holds the loop)."""
-        seconds = self.call_cost()
+        """The call's work starts on the worker: spend its own costs (it holds the loop).
+
+        With them, the idle cost when the model sat idle long enough before it.
+        """
+        seconds = self.call_cost() + self.idle_cost()
         self.charged_s += seconds
         self.overhead_s += seconds
         if seconds > 0:
             self._loop.spend(seconds)
 
     def end_call(self) -> None:
-        """The call is over: virtual time may move on."""
+        """The call is over: the model is idle from now; virtual time may move on."""
+        self._last_end = self._loop.time()
         self._loop.release()

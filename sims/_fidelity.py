@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forethought.models import MonotonicClock, TransformersBackend
+from forethought.models import MonotonicClock
 
 from ._records import StrategyRun
 from ._scenario import Scenario
+
+if TYPE_CHECKING:
+    # The local model (torch): only named in annotations, so the sims import without it.
+    from forethought.models import TransformersBackend
 
 __all__ = ["add_references"]
 

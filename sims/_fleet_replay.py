@@ -9,6 +9,10 @@ robots in it, and learns from every robot's events; each branch it writes is ins
 every robot's tree at once (the shared bucket, with propagation taken as instant on the
 simulated time scale: the fleet benchmark measures it on a real cluster).
 
+With ``states="disjoint"`` the robots' states never overlap: robot ``i`` works at a site of its
+own (its state carries ``site: i``), so no branch planned for one robot serves another. That is
+where sharing stops paying: the one planner's work grows with N instead of being shared by N.
+
 Reported per robot and for the fleet: events answered in time by the tree and correct in time
 (a default is never a hit), the planner's waste (branches no robot ever used over branches
 written), and planning time per robot (the shared planner's charged model time over N).
@@ -20,21 +24,35 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from forethought.models import LatencyModel, LatencyProfile, ModelGate, TransformersBackend
-from forethought.planner import Forecaster, Planner, PlannerConfig
-from forethought.policies import EventKey, PolicyNode, PolicyTree, WorldState
+from forethought.models import LatencyModel, LatencyProfile
+from forethought.models._gate import ModelGate
+from forethought.planner import PlannerConfig
+from forethought.planner._forecaster import Forecaster
+from forethought.planner._planner import Planner
+from forethought.policies import ConfigError
+from forethought.policies._events import EventKey
+from forethought.policies._state import WorldState
+from forethought.policies._tree import PolicyNode, PolicyTree
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
 
 from ._charged import ChargedClock
-from ._scenario import Scenario, TraceEvent
+from ._scenario import Scenario
+from ._trace_event import TraceEvent
 from ._vloop import VirtualTimeLoop, run_virtual
 
 if TYPE_CHECKING:
-    from forethought.planner import Branch
+    from forethought.models import TransformersBackend
+    from forethought.planner._branch import Branch
 
-__all__ = ["FleetRun", "RobotRun", "fleet_replay"]
+__all__ = ["SITE_FIELD", "FleetRun", "FleetStates", "RobotRun", "fleet_replay"]
+
+FleetStates = Literal["shared", "disjoint"]
+"""Whether the robots share the scenario's states or each works in states of its own."""
+
+SITE_FIELD = "site"
+"""The state field that sets robots apart with ``states="disjoint"`` (robot ``i``: ``i``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +82,8 @@ class FleetRun:
     planner_busy_s: float
     """The shared planner's model time (charged, virtual seconds)."""
     wall_s: float
+    planned_states: int = 0
+    """The states the branches were planned in (the robots' states the planner covered)."""
 
     @property
     def size(self) -> int:
@@ -121,6 +141,19 @@ class _SharedTree:
             robot.tree.insert(node)
 
 
+def _set_apart(scenario: Scenario, agents: list[Agent]) -> None:
+    """Give each robot a site of its own; refuse a spec whose fingerprints would ignore it."""
+    for i, agent in enumerate(agents):
+        agent.update_state({SITE_FIELD: i})
+    if len({a.state.fingerprint for a in agents}) < len(agents):
+        raise ConfigError(
+            "states",
+            "disjoint",
+            f"scenario {scenario.name!r} keys its states by fields that leave out "
+            f"{SITE_FIELD!r}, so robots at different sites share states: use states=shared",
+        )
+
+
 def _trace(scenario: Scenario, robot: int) -> tuple[int, list[TraceEvent]]:
     gen = scenario.generate
     if gen is None:
@@ -136,6 +169,7 @@ async def _fleet(
     robots: int,
     profile: LatencyProfile,
     planner_config: PlannerConfig,
+    states: FleetStates,
 ) -> FleetRun:
     loop = asyncio.get_running_loop()
     assert isinstance(loop, VirtualTimeLoop)  # fleet_replay runs it on one
@@ -173,6 +207,8 @@ async def _fleet(
         for agent in agents:
             await agent.__aenter__()
         try:
+            if states == "disjoint":
+                _set_apart(scenario, agents)
             task = asyncio.create_task(planner.run(), name="sim.fleet.planner")
             t0 = loop.time()
             runs = await asyncio.gather(
@@ -184,7 +220,8 @@ async def _fleet(
             for agent in agents:
                 await agent.__aexit__(None, None, None)
     used = sum(any(a.tree.was_used(n.fingerprint, n.key) for a in agents) for n in tree.nodes())
-    return FleetRun(tuple(runs), planner.stats.branches, used, planner.stats.busy_s, 0.0)
+    planned = len({n.fingerprint for n in tree.nodes()})
+    return FleetRun(tuple(runs), planner.stats.branches, used, planner.stats.busy_s, 0.0, planned)
 
 
 async def _robot(
@@ -228,10 +265,16 @@ def fleet_replay(
     robots: int,
     profile: LatencyProfile,
     planner: PlannerConfig | None = None,
+    states: FleetStates = "shared",
 ) -> FleetRun:
-    """Replay ``robots`` robots of ``scenario`` with one shared planner, in virtual time."""
+    """Replay ``robots`` robots of ``scenario`` with one shared planner, in virtual time.
+
+    ``states``: ``shared`` (every robot in the scenario's states) or ``disjoint`` (each robot
+    at a site of its own, so no two robots' states overlap).
+    """
     if robots < 1:
         raise ValueError(f"robots: {robots} (at least 1)")
     t0 = time.perf_counter()
-    run = run_virtual(_fleet(scenario, backend, robots, profile, planner or PlannerConfig()))
+    config = planner or PlannerConfig()
+    run = run_virtual(_fleet(scenario, backend, robots, profile, config, states))
     return replace(run, wall_s=time.perf_counter() - t0)

@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forethought.policies import ActionForm, ActionSchema, ConfigError, EventType, ForethoughtError
+from forethought.policies import ActionForm, ActionSchema, ConfigError, ForethoughtError
+from forethought.policies._events import EventType
 
 __all__ = ["Grader", "Rule", "matches"]
 

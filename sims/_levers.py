@@ -26,9 +26,9 @@ with like. Levers are added one at a time, in the order of issue 10:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forethought.models import LatencyProfile, TransformersBackend
+from forethought.models import LatencyProfile
 from forethought.planner import PlannerConfig
 
 from ._fidelity import add_references
@@ -36,6 +36,10 @@ from ._profiles import PROFILES, resolve_profile
 from ._replay import replay
 from ._report import metrics
 from ._scenario import Scenario
+
+if TYPE_CHECKING:
+    # The local model (torch): only named in annotations, so the sims import without it.
+    from forethought.models import TransformersBackend
 
 __all__ = ["LEVERS", "fixed_profile", "lever_runs", "without_abstraction"]
 

@@ -1,4 +1,4 @@
-"""MCAP in the simulator: replay a robot's recording as a trace, record a replay for Foxglove.
+"""MCAP in the simulator: a robot's recording replayed as a trace.
 
 **Recordings as traces.** A mapping file says which channel carries the events and which
 fields of each message become the event's type, parameters, state and deadline::
@@ -15,9 +15,7 @@ channels are decoded; any other encoding (ROS 2's CDR, say) is refused with an e
 channel and the encoding. A scenario names a recording as its trace with
 ``mcap: {path: run.mcap, map: run.map.yaml}`` (paths relative to the scenario file).
 
-**Replays as recordings.** :func:`record_replay` writes a replay's events, decisions (one per
-event and strategy, the same JSON as ``--decisions`` writes, byte for byte), states and planner
-timeline on the channels :class:`~forethought.runtime.McapRecorder` declares.
+The other way, a replay written as a recording for Foxglove, is :mod:`._mcap_record`.
 """
 
 from __future__ import annotations
@@ -26,16 +24,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from forethought.policies import ConfigError, InputError, first_problem, load_document
-from forethought.runtime import McapRecorder, read_mcap_json
+from forethought.policies import ConfigError, InputError
+from forethought.policies._errors import first_problem
+from forethought.policies._spec import load_document
+from forethought.runtime._recorder import read_mcap_json
 
-from ._records import StrategyRun
-from ._scenario import Scenario, TraceEvent
+from ._trace_event import TraceEvent
 
-__all__ = ["McapMapping", "McapTrace", "load_mapping", "record_replay", "trace_from_mcap"]
+__all__ = ["McapMapping", "McapTrace", "load_mapping", "trace_from_mcap"]
 
 
 class McapMapping(BaseModel):
@@ -129,57 +127,3 @@ def trace_from_mcap(path: str | Path, mapping: McapMapping) -> list[TraceEvent]:
             )
         )
     return out
-
-
-def record_replay(
-    path: str | Path,
-    scenario: Scenario,
-    runs: Mapping[str, StrategyRun],
-    *,
-    chunk_size: int = 16_384,
-) -> int:
-    """Write a replay to ``path``; returns the number of messages written.
-
-    Log times are the replay's own (nanoseconds from its start): events at their stimulus,
-    decisions when they were made, planner samples at their time, each strategy's in turn.
-    """
-    events = scenario.events()
-    space = scenario.spec.event_space()
-    state = scenario.spec.initial_state()
-    with McapRecorder(path, chunk_size=chunk_size) as rec:
-        rec.write("/forethought/state", state.data, 0)
-        for i, ev in enumerate(events):
-            at = int(ev.at_ms * 1e6)
-            rec.write(
-                "/forethought/events",
-                {
-                    "id": str(i),
-                    "type": ev.type,
-                    "params": ev.params,
-                    "deadline_ms": scenario.deadline_ms(ev),
-                },
-                at,
-            )
-            before = state.fingerprint
-            if ev.state:
-                state = state.patched(ev.state)
-            key = space.key(ev.type, ev.params)
-            if key is not None:
-                state = state.after(space.types[key.type], key)
-            if state.fingerprint != before:
-                rec.write("/forethought/state", state.data, at)
-        for name, run in runs.items():
-            for r in run.records:
-                t = int((r.at_ms + r.latency_ms) * 1e6)
-                rec.write(
-                    "/forethought/decisions",
-                    orjson.dumps(r.as_json(), option=orjson.OPT_SORT_KEYS),
-                    t,
-                )
-            for seconds, coverage, busy in run.timeline:
-                rec.write(
-                    "/forethought/planner",
-                    {"strategy": name, "coverage": coverage, "busy_fraction": busy},
-                    int(seconds * 1e9),
-                )
-        return rec.messages

@@ -6,7 +6,8 @@ shape is run and dropped: a first pass pays one-off set-up a replay never pays a
 
 * **forward passes** -- prefills of a short and a long prompt, and decode passes of one row and
   of sixteen rows (the planner's batches), fitted by the same robust law the runtime's latency
-  model fits (Theil-Sen over tokens fed per pass);
+  model fits (Theil-Sen over tokens fed per pass); with a scenario, after its own prompt
+  prefix (cached, as a replay's calls run: every pass attends over it);
 * **a call's own costs** -- live-shaped calls (the scenario's schema and prompts, cached prefix,
   grammar, jump-forward) made through the real path, awaited on an event loop: the call's wall
   time minus its forward passes is the hop to the worker thread and back, tokenizing, the
@@ -14,10 +15,14 @@ shape is run and dropped: a first pass pays one-off set-up a replay never pays a
   each decode pass is that pass's own work (the grammar mask, the argmax, the next tensors:
   :attr:`LatencyProfile.pass_cost`), and how it grows with rows in a sixteen-row call is
   :attr:`LatencyProfile.row_cost`;
+* **idle time** -- the same live-shaped call made right after the previous one and after the
+  model sat idle for a while, interleaved: what a call pays on top after idle time
+  (:attr:`LatencyProfile.idle_cost`), from the shortest idle time that costs measurably
+  (:attr:`LatencyProfile.idle_after_s`);
 * **tree selection** -- the executor deciding events from a filled tree, from the moment the
   event is handed over to the decision (:attr:`LatencyProfile.select_cost`).
 
-Each cost keeps its measured distribution (:class:`~forethought.planner.Cost`).
+Each cost keeps its measured distribution (:class:`~forethought.models._cost.Cost`).
 """
 
 from __future__ import annotations
@@ -30,26 +35,28 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from forethought.models import (
-    Cost,
-    LatencyModel,
-    LatencyProfile,
-    Pass,
-    PassKind,
-    TransformersBackend,
-    state_context,
-)
-from forethought.policies import ActionSchema, ConfigError, PolicyNode, PolicyTree
-from forethought.runtime import Event, Executor, Tier
+from forethought.models import LatencyModel, LatencyProfile
+from forethought.models._clock import Pass, PassKind
+from forethought.models._cost import Cost
+from forethought.models._prompt import Prompt, state_context
+from forethought.policies import ActionSchema, ConfigError
+from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.runtime import Event, Tier
+from forethought.runtime._executor import Executor
 
 from ._scenario import Scenario
+
+if TYPE_CHECKING:
+    # The local model (torch): only named in annotations, so the sims import without it.
+    from forethought.models import TransformersBackend
 
 __all__ = ["measure_profile"]
 
 _T = TypeVar("_T")
 _BATCH = 16  # the planner's batch size (PlannerConfig.batch_size's default)
+_IDLE_GAPS = (0.0, 0.02, 0.1, 0.3, 1.0)  # idle seconds before a call; 0: back to back
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +102,7 @@ class _CallSamples:
 
     call: list[float]
     pass_gaps: list[tuple[int, float]]  # (rows of the pass, the gap before it)
+    idle: list[tuple[float, float]]  # (idle seconds before a call, its wall seconds)
 
 
 def _split(wall: float, passes: Sequence[_Timed]) -> tuple[float, list[tuple[int, float]]]:
@@ -118,7 +126,7 @@ async def _measure_calls(
 ) -> _CallSamples:
     """Live-shaped calls (one event) and planner-shaped ones (sixteen), awaited on this loop."""
     loop = asyncio.get_running_loop()
-    out = _CallSamples([], [])
+    out = _CallSamples([], [], [])
     async with backend:
         await backend.prepare(schema)
         batch = [events[i % len(events)] + f" #{i}" for i in range(_BATCH)]
@@ -134,13 +142,50 @@ async def _measure_calls(
             out.pass_gaps.extend(gaps)
             if len(rows) == 1:
                 out.call.append(call)
+        # The same call (the same passes) after each idle time, in a shuffled order per round
+        # so a drift of the machine spreads over every idle time alike.
+        order = random.Random(1)
+        for _ in range(max(rounds, 2)):
+            gaps_ = list(_IDLE_GAPS)
+            order.shuffle(gaps_)
+            for gap in gaps_:
+                await backend.generate(
+                    context, events[:1], schema, deadline=math.inf, max_new_tokens=48
+                )
+                await asyncio.sleep(gap)
+                t0 = loop.time()
+                await backend.generate(
+                    context, events[:1], schema, deadline=math.inf, max_new_tokens=48
+                )
+                out.idle.append((gap, loop.time() - t0))
     return out
 
 
-def _law(backend: TransformersBackend, log: _PassLog, rounds: int) -> tuple[LatencyModel, float]:
-    """Fit the forward-pass law on plain prefills and 1- and 16-row decode passes.
+def _idle(samples: Sequence[tuple[float, float]]) -> tuple[float, Cost]:
+    """The shortest idle time that costs, and what a call pays on top after it.
 
-    Returns the fitted model and the spread of the rounds' median 1-row steps (max / min).
+    A call after ``gap`` seconds idle pays its wall time minus the median back-to-back one.
+    The threshold is the longest idle time that still cost nothing measurable (5 % of the call,
+    or 2 ms) below the first from which every longer one did; none: idle time is free here.
+    """
+    walls = {g: [w for gap, w in samples if gap == g] for g in _IDLE_GAPS}
+    base = statistics.median(walls[0.0])
+    noise = max(0.002, 0.05 * base)
+    for k in range(1, len(_IDLE_GAPS)):
+        later = _IDLE_GAPS[k:]
+        if all(statistics.median(walls[g]) - base > noise for g in later):
+            return _IDLE_GAPS[k - 1], Cost.measured(w - base for g in later for w in walls[g])
+    return math.inf, Cost()
+
+
+def _law(
+    backend: TransformersBackend, log: _PassLog, rounds: int, prefix: Sequence[int] = ()
+) -> tuple[LatencyModel, float]:
+    """Fit the forward-pass law on prefills and 1- and 16-row decode passes after ``prefix``.
+
+    ``prefix``: the scenario's prompt prefix, prefilled once (in the dropped first round) and
+    reused from the cache, as a replay's calls reuse it. Returns the fitted model and the
+    spread of the rounds' median 1-row steps (max / min).
     """
     decoder = backend.decoder
     rng = random.Random(0)
@@ -152,11 +197,11 @@ def _law(backend: TransformersBackend, log: _PassLog, rounds: int) -> tuple[Late
         for length, rows, steps in ((16, 1, 1), (144, 1, 1), (16, 1, 9), (16, _BATCH, 5)):
             batch = [[rng.randrange(5, vocab) for _ in range(length)] for _ in range(rows)]
             decoder.decode(
-                [],
+                prefix,
                 batch,
                 deadline=math.inf,
                 max_new_tokens=steps,
-                reuse_prefix=False,
+                reuse_prefix=bool(prefix),
                 stop_at_eos=False,
             )
         if r == 0:
@@ -228,7 +273,13 @@ def measure_profile(
     """
     log = _PassLog()
     twin = backend.sharing(clock=log)
-    fit, spread = _law(twin, log, rounds)
+    context = ""
+    prefix: list[int] = []
+    if scenario is not None:
+        spec = scenario.spec
+        context = state_context(spec.description, spec.initial_state().to_json())
+        prefix, _ = twin.prompts.encode(Prompt(context, "-"), spec.action_schema())
+    fit, spread = _law(twin, log, rounds, prefix)
     if spread > max_spread:
         others = f" ({', '.join(alternatives)})" if alternatives else ""
         raise ConfigError(
@@ -242,7 +293,6 @@ def measure_profile(
     if scenario is None:
         return profile
     spec = scenario.spec
-    context = state_context(spec.description, spec.initial_state().to_json())
     space = spec.event_space()
     texts = [k.describe() for e in scenario.events()[:8] if (k := space.key(e.type, e.params))]
     samples = asyncio.run(
@@ -258,10 +308,13 @@ def measure_profile(
     one = [g for rows, g in samples.pass_gaps if rows == 1]
     base = statistics.median(one) if one else 0.0
     per_row = [(g - base) / (rows - 1) for rows, g in samples.pass_gaps if rows > 1]
+    idle_after, idle_cost = _idle(samples.idle)
     return replace(
         profile,
         call_cost=Cost.measured(samples.call),
         pass_cost=Cost.measured(one),
         row_cost=Cost.measured(per_row),
         select_cost=_selection(scenario, rounds),
+        idle_cost=idle_cost,
+        idle_after_s=idle_after,
     )

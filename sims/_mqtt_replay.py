@@ -19,7 +19,8 @@ import orjson
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from forethought.runtime import expiry_properties, parse_mqtt_url, payload_bytes, stamp_event
+from forethought.runtime import Topics, expiry_properties, stamp_event
+from forethought.runtime.transports._mqtt import parse_mqtt_url, payload_bytes
 
 from ._records import Record, StrategyRun
 from ._scenario import Scenario
@@ -45,7 +46,8 @@ async def replay_over_mqtt(
     events = scenario.events()
     run = StrategyRun("agent")
     tag = uuid.uuid4().hex[:8]
-    reply_topic = f"forethought/{agent_id}/replies/sim-{tag}"
+    topics = Topics(agent_id)
+    reply_topic = topics.reply(f"sim-{tag}")
     sent: dict[int, float] = {}
     got: dict[int, tuple[float, dict[str, Any]]] = {}
     done = asyncio.Event()
@@ -93,7 +95,7 @@ async def replay_over_mqtt(
                 sent[i] = time.perf_counter()
                 # When it was sent, and an expiry at the broker: its deadline counts from here.
                 await client.publish(
-                    f"forethought/{agent_id}/events/{ev.type}",
+                    topics.event(ev.type),
                     orjson.dumps(stamp_event(body)),
                     qos=1,
                     properties=expiry_properties(scenario.deadline_ms(ev), props),

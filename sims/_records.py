@@ -7,6 +7,8 @@ from typing import Any
 
 from forethought.runtime import Tier
 
+from ._call_log import CallEntry
+
 __all__ = ["Record", "StrategyRun"]
 
 
@@ -84,3 +86,5 @@ class StrategyRun:
     wall_s: float = 0.0
     models: dict[str, str | None] = field(default_factory=dict)
     """Tier -> the model that answers it (the tree's is the planner's)."""
+    calls: list[CallEntry] = field(default_factory=list)
+    """Every model call as it ran (a replay of the in-process model logs them)."""

@@ -24,33 +24,36 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from forethought.models import (
-    DecodeOptions,
-    Generation,
-    LatencyProfile,
-    ModelBackend,
-    Pass,
-    TransformersBackend,
-    state_context,
-)
+from forethought.models import DecodeOptions, Generation, LatencyProfile, LoopClock, ModelBackend
+from forethought.models._clock import Pass
+from forethought.models._prompt import state_context
 from forethought.planner import PlannerConfig
 from forethought.policies import ActionForm, ActionSchema
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
 
+from ._call_log import LoggedClock
 from ._charged import ChargedClock
 from ._records import Record, StrategyRun
-from ._scenario import Scenario, TraceEvent
+from ._scenario import Scenario
+from ._trace_event import TraceEvent
 from ._vloop import VirtualTimeLoop, run_virtual
 from ._waste import waste_figures
+
+if TYPE_CHECKING:
+    # The local model (torch): only named in annotations, so the sims import without it.
+    from forethought.models import TransformersBackend
 
 __all__ = ["NAIVE_OPTIONS", "STRATEGIES", "CallMemo", "Record", "StrategyRun", "replay"]
 
 STRATEGIES = ("live-naive", "live", "tree", "hybrid")
+"""The strategies a replay runs side by side: ``live-naive`` (a typical per-event LLM call),
+``live`` (the executor's live tier, no tree), ``tree`` (the planner's tree, else the default)
+and ``hybrid`` (the whole executor: tree, score, live, default)."""
 _T = TypeVar("_T")
 
-BackendSource = TransformersBackend | Callable[[], ModelBackend]
+BackendSource: TypeAlias = "TransformersBackend | Callable[[], ModelBackend]"
 """A loaded real model (each strategy gets a fresh backend on its weights), or a factory."""
 
 PlannerSource = Callable[[], ModelBackend]
@@ -96,22 +99,26 @@ class _Strategy:
         self.seed = seed
         self.run = StrategyRun(name)
         self.clock: ChargedClock | None = None
+        self.calls: LoggedClock | None = None
 
     def backend(self) -> ModelBackend:
         """A fresh backend for this strategy, on this loop's clock."""
         options = NAIVE_OPTIONS if self.name == "live-naive" else None
-        if not isinstance(self.source, TransformersBackend):
+        if callable(self.source):  # a factory; a loaded TransformersBackend is not callable
             return self.source()
         loop = asyncio.get_running_loop()
         if isinstance(loop, VirtualTimeLoop):
             if self.profile is None:
                 raise ValueError("a virtual replay of a real model needs a device profile")
             self.clock = ChargedClock(loop, self.profile, seed=self.seed)
-            # The latency model learns from the charged passes as the real one learns from
-            # measured ones, from the same prior: a virtual live tier decides to start (or not)
-            # on what it has seen, never on the profile it could not know.
-            return self.source.sharing(clock=self.clock, options=options)
-        return self.source.sharing(options=options)
+        # Every call is logged on either clock, so a gap between them can be read call by call.
+        # The latency model learns from the charged passes as the real one learns from measured
+        # ones, from the same prior: a virtual live tier decides to start (or not) on what it
+        # has seen, never on the profile it could not know.
+        self.calls = LoggedClock(self.clock or LoopClock(loop), loop.time())
+        twin = self.source.sharing(clock=self.calls, options=options)
+        self.calls.watch(twin.latency, ExecutorConfig().event_tokens)
+        return twin
 
     def record(
         self,
@@ -160,11 +167,15 @@ class _Strategy:
     def finish(self) -> StrategyRun:
         """The run, records in event order, with the charged model time."""
         self.run.records.sort(key=lambda r: r.index)
+        if self.calls is not None:
+            self.run.calls = list(self.calls.entries)
         if self.clock is not None:
             self.run.model = {
                 "passes": self.clock.passes,
                 "charged_s": self.clock.charged_s,
                 "overhead_s": self.clock.overhead_s,
+                "idle_s": self.clock.idle_s,
+                "idle_calls": self.clock.idle_calls,
             }
         return self.run
 
@@ -188,6 +199,8 @@ async def _live_naive(
     async with st.backend() as backend:
         await backend.prepare(schema)
         t0 = loop.time()
+        if st.calls is not None:
+            st.calls.origin = t0
         for i, ev in enumerate(events):
             stimulus = t0 + ev.at_ms / 1e3
             await asyncio.sleep(max(0.0, stimulus + sc.perception_s(ev) - loop.time()))
@@ -265,6 +278,8 @@ async def _agent_run(
             st.run.models["tree"] = None
         planner_ = agent.planner
         t0 = loop.time()
+        if st.calls is not None:
+            st.calls.origin = t0
         types = list(sc.spec.event_space().types)
         visited: set[str] = set()
 
@@ -325,13 +340,16 @@ def _planner_figures(
     counts twice); ``used`` the distinct branches that answered an event; ``waste`` is
     never-used over generated. Never-used branches still in the tree are split by whether
     their state came at all (``unused_state_visited``) or never did (``unused_state_never``:
-    a look-ahead that did not come true); ``evicted_unused`` left the tree unused.
+    a look-ahead that did not come true); ``evicted_unused`` left the tree unused. Branches
+    kept from the executor's answers (``answers_kept``, hit ``answer_hits`` times) are not
+    the planner's work and count in none of these.
     """
     assert agent.planner is not None
     stats = agent.planner.stats.as_dict()
     tree = agent.tree
     nodes = list(tree.nodes())
-    unused = [n for n in nodes if not tree.was_used(n.fingerprint, n.key)]
+    planned = [n for n in nodes if n.origin == "planned"]
+    unused = [n for n in planned if not tree.was_used(n.fingerprint, n.key)]
     generated = stats["branches"]
     never = max(generated - tree.used, 0)
     busy = stats["busy_s"]
@@ -352,6 +370,8 @@ def _planner_figures(
         "tree_answers_per_planner_s": tree_hits / busy if busy > 0 else None,
         "used_branches_per_planner_s": tree.used / busy if busy > 0 else None,
         "tree_nodes": len(nodes),
+        "answers_kept": len(nodes) - len(planned),
+        "answer_hits": tree.answer_hits,
         "states_planned": len({n.fingerprint for n in nodes}),
         "cover_times_s": stats["cover_times_s"],
     }

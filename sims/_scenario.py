@@ -19,51 +19,26 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from forethought.policies import (
-    AgentSpec,
-    ConfigError,
-    EventKey,
-    EventType,
-    Grid,
-    first_problem,
-    load_document,
-)
+from forethought.policies import AgentSpec, ConfigError
+from forethought.policies._errors import first_problem
+from forethought.policies._events import EventKey, EventType, Grid
+from forethought.policies._spec import load_document
 
 from ._grading import Grader
+from ._mcap import McapTrace, load_mapping, trace_from_mcap
+from ._trace_event import TraceEvent
 
 __all__ = [
     "SCENARIO_KEYS",
     "Drift",
     "Generate",
     "Scenario",
-    "TraceEvent",
     "load_scenario",
     "load_spec",
 ]
 
 SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "perception_ms", "seed", "mcap"})
 """Top-level keys of a scenario file that are not part of the agent spec."""
-
-
-class TraceEvent(BaseModel):
-    """One event of the trace."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
-
-    at_ms: float = Field(ge=0)
-    type: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
-    deadline_ms: float | None = Field(default=None, gt=0)
-    state: dict[str, Any] | None = None
-    accept: list[Any] | None = None
-    """Grading rules of this event (override its type's): see :mod:`._grading`."""
-    grader: Grader | None = Field(default=None, exclude=True)
-    """``accept`` as checked rules (set by :func:`load_scenario`)."""
-
-    def describe(self) -> str:
-        """The event as shown to a model when it is outside the declared space."""
-        params = " ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
-        return f"{self.type}: {params}" if params else self.type
 
 
 class Drift(BaseModel):
@@ -358,9 +333,6 @@ def _recorded(
     path: str | Path, block: Any, recording: tuple[Path, Path] | None
 ) -> list[dict[str, Any]] | None:
     """The trace events of the scenario's ``mcap`` block, or of ``recording``."""
-    # Imported here: the MCAP module builds on this one (TraceEvent, Scenario).
-    from ._mcap import McapTrace, load_mapping, trace_from_mcap  # noqa: PLC0415
-
     if recording is not None:
         mcap_path, map_path = recording
     elif block is None:

@@ -1,6 +1,6 @@
 """Check a scenario file: its spec, its trace or generate block and its grading, every problem.
 
-:func:`check_scenario` adds to :func:`~forethought.policies.check_spec` what only a scenario has:
+:func:`check_scenario` adds to :func:`check_spec` what only a scenario has:
 a ``trace`` or a ``generate`` block (one is needed: the hint says what each is), trace events of
 undeclared types, state patches and drifts naming unknown fields or undeclared values, ``accept``
 rules that make no sense for the spec, and declared event types the replay never draws (their
@@ -15,10 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from forethought.policies import (
-    AgentSpec,
-    ConfigError,
-    ForethoughtError,
+from forethought.policies import AgentSpec, ConfigError, ForethoughtError
+from forethought.policies._spec_check import (
     Problem,
     StateValues,
     check_spec,
@@ -27,7 +25,8 @@ from forethought.policies import (
 )
 
 from ._grading import Grader
-from ._scenario import SCENARIO_KEYS, Generate, Scenario, TraceEvent, load_scenario
+from ._scenario import SCENARIO_KEYS, Generate, Scenario, load_scenario
+from ._trace_event import TraceEvent
 
 __all__ = ["TRACE_HINT", "check_scenario"]
 

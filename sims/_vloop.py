@@ -4,7 +4,7 @@ The loop's clock starts at 0 and jumps straight to the next scheduled callback w
 is ready, like trio's ``MockClock(autojump_threshold=0)`` or SimPy's environment.
 
 Model work runs for real on a worker thread while virtual time stands still, and is then
-*charged* on this loop's timeline (:class:`~forethought.sims.ChargedClock`). Two thread-safe
+*charged* on this loop's timeline (:class:`ChargedClock`). Two thread-safe
 calls make that exact:
 
 * :meth:`VirtualTimeLoop.hold` (on the loop, when a call is handed to the worker) and

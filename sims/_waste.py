@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from forethought.policies import EventKey, EventSpace
+from forethought.policies._events import EventKey, EventSpace
 
 from ._records import StrategyRun
 from ._scenario import Generate, Scenario
@@ -156,6 +156,8 @@ def waste_figures(scenario: Scenario, run: StrategyRun) -> dict[str, float | int
     """
     planned = run.planner
     tree = sum(r.tier == "tree" for r in run.records)
+    # Hits on branches kept from the executor's own answers are not the planner's coverage.
+    tree -= int(planned.get("answer_hits") or 0)
     in_space = sum(not r.out_of_space for r in run.records)
     coverage = tree / in_space if in_space else 0.0
     ref = reference_waste(event_distribution(scenario), state_visits(scenario), coverage)

@@ -1,4 +1,8 @@
-"""Shared fixtures: the embedded model (converted once per session) and a tiny random Llama."""
+"""Shared fixtures: the embedded model (converted once per session) and a tiny random Llama.
+
+Session fixtures build only when a collected test asks for them, so ``pytest tests/unit``
+converts no model and starts no broker (and the hook below keeps it so).
+"""
 
 from __future__ import annotations
 
@@ -14,10 +18,35 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tiers import Collected, unit_tier_violations
 
-from forethought.bench import MosquittoBroker, mosquitto_path
-from forethought.models import LoadedModel, TransformersBackend, load_model, resolve_model
+from forethought.models import TransformersBackend
+from forethought.models._model_load import LoadedModel, load_model
+from forethought.models._model_source import resolve_model
 from forethought.policies import ActionSchema
+from forethought.testing import MosquittoBroker, mosquitto_path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a unit-tier test that needs a model, a broker or a server (tests/tiers.py)."""
+    bad = unit_tier_violations(
+        (
+            Collected(
+                item.nodeid,
+                item.path,
+                frozenset(m.name for m in item.iter_markers()),
+                frozenset(getattr(item, "fixturenames", ())),
+            )
+            for item in items
+        ),
+        Path(__file__).resolve().parent / "unit",
+    )
+    if bad:
+        raise pytest.UsageError(
+            "tests/unit is for tests that need nothing but the venv; move these to "
+            "tests/model or tests/integration:\n  " + "\n  ".join(bad)
+        )
+
 
 ROBOT_ACTION = {
     "type": "object",

@@ -8,11 +8,16 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import nats
+from nats.js.errors import NoKeysError
+from nats.js.kv import KeyValue
 
 from forethought.models import ModelBackend, TransformersBackend
 from forethought.planner import PlannerConfig
-from forethought.policies import AgentSpec, EventKey
-from forethought.runtime import Agent, AgentConfig, FleetConfig, FleetWorker, decode_key
+from forethought.policies import AgentSpec
+from forethought.policies._events import EventKey
+from forethought.runtime import Agent, AgentConfig, FleetConfig
+from forethought.runtime._fleet_record import decode_key
+from forethought.runtime._fleet_worker import FleetWorker
 
 SPEC = {
     "name": "fleet-test",
@@ -82,7 +87,10 @@ async def agents(
                 fleet=fleet.model_copy(
                     update={"robot": f"r{i}", "url": ",".join(urls[i:] + urls[:i])}
                 ),
-                planner=PlannerConfig(enabled=plan, horizon=2, max_new_tokens=12),
+                # The tests' robots decide every 20 ms: a branch's cost (the live answers its
+                # model time displaces) would keep a cut-off robot on a CPU model from
+                # planning at all, and these tests are about where it plans, not whether.
+                planner=PlannerConfig(enabled=plan, horizon=2, max_new_tokens=12, cost_weight=0),
             )
             out.append(
                 await stack.enter_async_context(Agent(spec(), backend=backend, config=config))
@@ -107,10 +115,39 @@ async def bucket(url: str, fleet: FleetConfig) -> dict[tuple[str, EventKey], int
         kv = await js.key_value(fleet.names.tree)
         out = {}
         for key in await kv.keys():
-            out[decode_key(key)] = len(await kv.history(key))
+            out[decode_key(key)] = len(await _history(kv, key))
         return out
     finally:
         await nc.close()
+
+
+async def bucket_holding(
+    url: str, fleet: FleetConfig, keys: set[tuple[str, EventKey]], timeout_s: float
+) -> dict[tuple[str, EventKey], int]:
+    """The bucket once it holds ``keys``: offers are written one by one as they arrive, so
+    the first one written says nothing of the rest."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while True:
+        stored = await bucket(url, fleet)
+        if keys <= set(stored):
+            return stored
+        if loop.time() > end:
+            missing = sorted(keys - set(stored), key=str)
+            raise AssertionError(f"the bucket still lacks {len(missing)} branches: {missing}")
+        await asyncio.sleep(0.25)
+
+
+async def _history(kv: KeyValue, key: str) -> list[KeyValue.Entry]:
+    """A listed key's history. Its watch can come back empty while the cluster settles (a
+    node that just rejoined answers before it has caught up: seen as NoKeysError for a key
+    ``keys()`` had just listed), so an empty read is tried again for a few seconds."""
+    for _ in range(40):
+        try:
+            return await kv.history(key)
+        except NoKeysError:
+            await asyncio.sleep(0.1)
+    return await kv.history(key)
 
 
 def _auth(fleet: FleetConfig) -> dict[str, object]:

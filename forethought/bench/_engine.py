@@ -39,11 +39,11 @@ from forethought.models import (
     ModelBackend,
     ServerBackend,
     TransformersBackend,
-    resolve_model,
 )
+from forethought.models._model_source import resolve_model
 from forethought.policies import ActionSchema
+from forethought.testing import LlamaServer
 
-from ._llama_server import LlamaServer
 from ._model import BENCH_ACTION
 from ._server import _CONTEXT, _note
 

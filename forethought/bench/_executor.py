@@ -32,12 +32,12 @@ from forethought.runtime import (
     MqttBus,
     Tier,
     ZenohBus,
-    payload_bytes,
     stamp_event,
     zenoh_config,
 )
+from forethought.runtime.transports._mqtt import payload_bytes
+from forethought.testing import MosquittoBroker, free_port, mosquitto_path
 
-from ._broker import MosquittoBroker, free_port, mosquitto_path
 from ._model import BENCH_ACTION
 
 __all__ = ["run_executor_bench"]

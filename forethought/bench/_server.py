@@ -25,7 +25,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from forethought.models import ModelBackend, Prompt, ServerBackend, TransformersBackend
+from forethought.models import ModelBackend, ServerBackend, TransformersBackend
+from forethought.models._prompt import Prompt
 from forethought.policies import ActionSchema
 
 from ._model import BENCH_ACTION

@@ -1,10 +1,10 @@
 """``forethought bench``: load the model, run the chosen suites, check the targets.
 
-Suites: ``model`` (the latency law and each optimisation, :mod:`._bench_model`), ``planner``,
-``executor`` and ``reliability`` (abuse and what must hold under it, :mod:`._reliability`).
-Figures are measured side by side in one run; ``--quick`` trims repetitions and sweep points
-for a shorter run (minutes on a 2-core CPU; the reliability suite takes longer). On a terminal,
-each wait (loading, warm-up, every section) shows progress.
+Suites: ``model`` (the latency law and each optimisation, :mod:`._model`), ``planner`` and
+``executor``. Figures are measured side by side in one run; ``--quick`` trims repetitions and
+sweep points for a shorter run (minutes on a 2-core CPU). On a terminal, each wait (loading,
+warm-up, every section) shows progress. (The reliability suite, abuse and what must hold under
+it, is the repository's ``benchmarks/reliability/``, not a command of the package.)
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ def run_bench(
     suite: str = "model",
     say: Callable[[str], None] = print,
     backend_url: str | None = None,
-    load_minutes: float | None = None,
 ) -> dict[str, Any]:
     """Run the suite's sections and return (and optionally write) the figures.
 
@@ -54,7 +53,6 @@ def run_bench(
             suite=suite,
             say=say,
             backend_url=backend_url,
-            load_minutes=load_minutes,
             bars=bars,
         )
 
@@ -70,15 +68,13 @@ def _run_bench(
     suite: str,
     say: Callable[[str], None],
     backend_url: str | None,
-    load_minutes: float | None,
     bars: Bars,
 ) -> dict[str, Any]:
     """:func:`run_bench`'s body.
 
-    ``suite``: ``model`` (the latency law and the model layer), ``planner``, ``executor``,
-    ``reliability``, or ``all`` (the first three). ``backend_url`` (an inference server) runs
-    the server suite instead: the law's figures for the server, side by side with the
-    in-process model. ``load_minutes``: how long the reliability suite's R1 + R7 run.
+    ``suite``: ``model`` (the latency law and the model layer), ``planner``, ``executor``, or
+    ``all`` (the three). ``backend_url`` (an inference server) runs the server suite instead:
+    the law's figures for the server, side by side with the in-process model.
     """
     # A measurement script, step after step in the order the report prints: long, linear.
     t_start = time.perf_counter()
@@ -155,17 +151,6 @@ def _run_bench(
         with bars.wait("executor suite"):
             report["executor"] = run_executor_bench(backend, quick=quick, say=say)
         targets |= {k: _target(*v) for k, v in executor_targets(report["executor"]).items()}
-    if suite == "reliability":
-        from ._reliability import (  # noqa: PLC0415
-            reliability_targets,
-            run_reliability_bench,
-        )
-
-        with bars.wait("reliability suite"):
-            report["reliability"] = run_reliability_bench(
-                backend, quick=quick, say=say, load_minutes=load_minutes
-            )
-        targets |= {k: _target(*v) for k, v in reliability_targets(report["reliability"]).items()}
     report["latency_profile"] = asdict(backend.latency.profile())
     report["seconds"] = time.perf_counter() - t_start
     report["targets"] = targets

@@ -1,7 +1,7 @@
 """Where our llama.cpp ``llama-server`` build lives, and how to make it.
 
 The build itself (download the pinned sources, compile, cache) is a set-up step:
-``python -m forethought.bench._llama_server`` (``scripts/setup --engine`` runs it). This module
+``python -m forethought.testing._llama_server`` (``scripts/setup --engine`` runs it). This module
 only *finds* the result, so the agent can choose its engine without building anything: a
 machine without the build runs the torch engine and says how to build this one.
 """
@@ -24,7 +24,7 @@ that its host never enabled (seen in a Firecracker VM: the permission request su
 the first ``ldtilecfg`` of llama.cpp's AMX matmul kills the server with SIGSEGV at model load),
 and a 135M model gains nothing from it. A new tag leaves an earlier build unused."""
 
-BUILD_COMMAND = "python -m forethought.bench._llama_server"
+BUILD_COMMAND = "python -m forethought.testing._llama_server"
 """The set-up command that builds (once, ~10-15 min on two cores) and caches the engine."""
 
 

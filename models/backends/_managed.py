@@ -89,6 +89,8 @@ class ManagedServerBackend:
                 bounds=self._bounds,
                 latency=self._latency,
                 transport=self._process.transport(),
+                # The process runs with LRU slots and the RAM prompt cache (ServerProcess).
+                shared_prefill=True,
                 **self._options,
             )
             await server.__aenter__()

@@ -39,7 +39,7 @@ from forethought.policies import (
 from .._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus, Scores
 from .._latency import LatencyModel
 from .._model_source import DEFAULT_MODEL, resolve_model
-from ..grammar._engines import ENGINES
+from ..grammar._protocol import ENGINES
 
 log = logging.getLogger("forethought.model")
 

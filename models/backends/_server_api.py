@@ -46,6 +46,9 @@ class ServerAPI(Protocol):
     family: str
     completion_path: str
     health_path: str
+    closes_streams: bool
+    """Whether the server closes a connection after a streamed answer (the client then must not
+    reuse it: see :class:`LlamaServerAPI`)."""
 
     def completion(
         self,
@@ -81,6 +84,13 @@ class LlamaServerAPI:
     completion_path = "/completion"
     health_path = "/health"
     status_path: str | None = "/slots"
+    closes_streams = True
+    """llama-server answers a streamed request with ``Keep-Alive: timeout=5, max=100``, then
+    closes the connection after the last chunk. A client that reuses it at once (the next
+    request of a sequence) races that close and gets "disconnected without sending a response"
+    (seen on the 3rd to 5th back-to-back streamed request on one connection); so a streamed
+    request asks for ``Connection: close``, which costs nothing the server did not already
+    take away."""
 
     def completion(
         self,
@@ -152,6 +162,7 @@ class OpenAICompletionsAPI:
     completion_path = "/v1/completions"
     health_path = "/health"
     status_path: str | None = None
+    closes_streams = False
 
     def __init__(self, *, priority: bool = True) -> None:
         self._priority = priority

@@ -29,12 +29,14 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from forethought.policies import ConfigError
 
 from .._health import PlannerHealth
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["ServerProcess", "ServerProcessStats", "process_alive"]
 
@@ -127,6 +129,9 @@ class ServerProcess:
 
     def transport(self) -> httpx.AsyncHTTPTransport:
         """An HTTP transport to the server's socket (the URL's host is then ignored)."""
+        # httpx is imported where a server is used (see _server.ServerBackend.__aenter__).
+        import httpx  # noqa: PLC0415
+
         return httpx.AsyncHTTPTransport(uds=str(self.socket_path))
 
     @property
@@ -194,6 +199,12 @@ class ServerProcess:
             "--parallel", str(self.slots),
             "-c", str(self.context),
             "--no-webui",
+            # Slots by LRU, prompts from the RAM cache: a batch's shared prefix, prefilled once,
+            # reaches every row's slot from that cache (ServerBackend._share_prefix). With
+            # similarity on, the first row takes the slot that holds the prefix, which is then
+            # busy and never saved to the cache for the others.
+            "--slot-prompt-similarity", "0",
+            "--cache-idle-slots",
         ]  # fmt: skip
         if self._threads is not None:
             cmd += ["-t", str(self._threads)]
@@ -220,6 +231,8 @@ class ServerProcess:
         proc = self._proc
         loop = asyncio.get_running_loop()
         end = loop.time() + self._start_timeout_s
+        import httpx  # noqa: PLC0415 - see transport()
+
         async with httpx.AsyncClient(transport=self.transport(), base_url="http://engine") as c:
             while loop.time() < end and proc.returncode is None:
                 with contextlib.suppress(httpx.HTTPError):

@@ -34,11 +34,13 @@ from .._clock import Clock, LoopClock, MonotonicClock
 from .._decode_run import DecodeResult, RowResult
 from .._decoding import Decoder
 from .._latency import LatencyModel
-from .._model_source import DEFAULT_MODEL, LoadedModel, load_model, resolve_model
+from .._model_load import LoadedModel, load_model
+from .._model_source import DEFAULT_MODEL, resolve_model
 from .._prompt import Prompt, PromptEncoder
 from .._worker import ModelWorker
 from ..grammar._bounds import bounded_schema, max_output_chars
-from ..grammar._engines import ENGINES, GrammarEngine, make_engine
+from ..grammar._engines import make_engine
+from ..grammar._protocol import ENGINES, GrammarEngine
 
 __all__ = ["TransformersBackend"]
 

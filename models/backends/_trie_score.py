@@ -15,6 +15,15 @@ slot each); instead, all candidates become one grammar -- the trie of their toke
 A candidate whose bound is below the best exact score cannot win; one whose bound reaches it is
 scored exactly by a request of its own (rare: the greedy path is usually the best). So the
 winner is the same as scoring each candidate exactly; the losers' scores are upper bounds.
+
+"Exact" holds for one state of the server's prompt cache. llama.cpp computes a prompt's KV
+values in different batches when it prefills the prompt afresh and when it reuses them from an
+earlier request, and its quantized kernels round differently by batch: on SmolLM2-135M Q4_1 the
+same candidate scored -9.307 nat on a cold server and -9.452 on every request after (identical
+to three decimals from then on, trie or one request per candidate); on another prompt the
+drift was 0.305 nat. On a server with several slots, requests decoding at the same time share
+a batch, and a score moves with what else is in it (0.13 nat seen). A bound is therefore read
+with a margin (:meth:`TrieReading.unresolved`) larger than that drift.
 """
 
 from __future__ import annotations
@@ -74,14 +83,20 @@ class TrieReading:
     scores: tuple[float, ...]
     exact: tuple[bool, ...]
 
-    def unresolved(self) -> list[int]:
-        """Candidates whose upper bound reaches the best exact score: they could still win."""
+    def unresolved(self, margin: float = 0.0) -> list[int]:
+        """Candidates whose upper bound comes within ``margin`` of the best exact score.
+
+        They could still win. ``margin`` (nats) covers what the server's own scores drift by
+        between requests, so a loser within that drift is scored exactly rather than ruled out.
+        """
+        if margin < 0:
+            raise ValueError("margin must be >= 0")
         known = [s for s, e in zip(self.scores, self.exact, strict=True) if e]
         best = max(known) if known else -float("inf")
         return [
             i
             for i, (s, e) in enumerate(zip(self.scores, self.exact, strict=True))
-            if not e and s >= best
+            if not e and s >= best - margin
         ]
 
 

@@ -1,11 +1,7 @@
-"""Grammars: token-mask engines, output bounds and GBNF for servers."""
+"""Grammars: token-mask engines, output bounds and GBNF for servers.
 
-from ._engines import GrammarEngine, GrammarMatcher, LLGuidanceEngine, XGrammarEngine, make_engine
+Nothing here is public: the backends use these modules directly. The engines
+(:mod:`._engines`) need the ``local`` extra (torch, llguidance, xgrammar).
+"""
 
-__all__ = [
-    "GrammarEngine",
-    "GrammarMatcher",
-    "LLGuidanceEngine",
-    "XGrammarEngine",
-    "make_engine",
-]
+__all__: list[str] = []

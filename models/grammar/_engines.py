@@ -5,6 +5,9 @@ Two engines implement :class:`GrammarEngine`: ``llguidance`` (the default) and `
 the README records why the default is what it is. A compiled grammar is cached per schema, so
 compiling happens when a schema is prepared, never on an event's path.
 
+This module needs the ``local`` extra (torch, llguidance, xgrammar); the protocols and the
+engine names are in :mod:`._protocol`, which the torch-free layers use.
+
 Every grammar is bounded (:mod:`._bounds`): no number, string or array can run on. Both
 engines get the bounds as JSON-Schema keywords, so they keep enforcing ranges and patterns;
 llguidance also enforces ``multipleOf`` (bounded decimals), xgrammar ignores it but writes a
@@ -16,70 +19,21 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, cast
 
+import llguidance
+import llguidance.hf
 import orjson
+import torch
+import xgrammar
+from transformers import PreTrainedTokenizerBase
 
 from forethought.policies import ConfigError, SchemaError
 
 from ._bounds import OutputBounds, bounded_schema
+from ._protocol import ENGINES, GrammarEngine, GrammarMatcher
 
-if TYPE_CHECKING:
-    import torch
-    from transformers import PreTrainedTokenizerBase
-
-__all__ = ["GrammarEngine", "GrammarMatcher", "LLGuidanceEngine", "XGrammarEngine", "make_engine"]
-
-ENGINES = ("llguidance", "xgrammar")
-
-
-class GrammarMatcher(Protocol):
-    """The grammar state of one sequence being decoded."""
-
-    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
-        """Write the allowed-token bitmask for this sequence into ``bitmask[row]``."""
-        ...
-
-    def accept(self, token: int) -> bool:
-        """Advance by one sampled token; False (state unchanged) if the grammar forbids it."""
-        ...
-
-    def jump_forward(self) -> list[int]:
-        """Tokens the grammar forces next, already accepted; empty when a choice is open."""
-        ...
-
-    @property
-    def done(self) -> bool:
-        """True once the output is complete and nothing may follow."""
-        ...
-
-
-class GrammarEngine(Protocol):
-    """Compiles JSON Schemas for one tokenizer and makes matchers for them."""
-
-    name: str
-    bounds: OutputBounds
-    """The output bounds this engine's grammars enforce."""
-
-    def compile(self, schema: Mapping[str, Any], *, spaced: bool = False) -> object:
-        """Compile (or fetch from the cache) the bounded grammar of ``schema``.
-
-        ``spaced`` uses the ``", "`` and ``": "`` separators models write unprompted instead of
-        the compact ``","`` and ``":"``.
-        """
-        ...
-
-    def matcher(self, compiled: object) -> GrammarMatcher:
-        """A fresh matcher at the start of ``compiled``."""
-        ...
-
-    def allocate_mask(self, rows: int) -> torch.Tensor:
-        """A bitmask tensor for ``rows`` sequences."""
-        ...
-
-    def apply_mask(self, logits: torch.Tensor, bitmask: torch.Tensor) -> None:
-        """Set the logits of forbidden tokens to -inf, in place (rows align with the mask)."""
-        ...
+__all__ = ["LLGuidanceEngine", "XGrammarEngine", "apply_bitmask", "make_engine"]
 
 
 class _CompileCache:
@@ -145,9 +99,6 @@ class LLGuidanceEngine:
         vocab_size: int,
         bounds: OutputBounds | None = None,
     ) -> None:
-        import llguidance  # noqa: PLC0415
-        import llguidance.hf  # noqa: PLC0415
-
         self._llg = llguidance
         self.bounds = bounds or OutputBounds()
         self._tok = llguidance.hf.from_tokenizer(cast(Any, tokenizer), n_vocab=vocab_size)
@@ -195,8 +146,6 @@ class LLGuidanceEngine:
     def allocate_mask(self, rows: int) -> torch.Tensor:
         """A bitmask for ``rows`` sequences (int32 words, CPU)."""
         # Not llguidance.torch: importing it runs torch.compile decorators (slow, warns).
-        import torch  # noqa: PLC0415
-
         return torch.full((rows, (self._vocab + 31) // 32), -1, dtype=torch.int32)
 
     def apply_mask(self, logits: torch.Tensor, bitmask: torch.Tensor) -> None:
@@ -248,8 +197,6 @@ class XGrammarEngine:
         vocab_size: int,
         bounds: OutputBounds | None = None,
     ) -> None:
-        import xgrammar  # noqa: PLC0415
-
         self._xgr = xgrammar
         self.bounds = dataclasses.replace(bounds or OutputBounds(), engine_decimals=6)
         info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
@@ -299,8 +246,6 @@ class XGrammarEngine:
 
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     """Set ``logits[i, t]`` to -inf where bit ``t`` of row ``i`` of the int32 bitmask is 0."""
-    import torch  # noqa: PLC0415
-
     rows, vocab = logits.shape
     shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
     bits = (bitmask[:rows].to(logits.device).unsqueeze(-1) >> shifts) & 1

@@ -7,15 +7,15 @@ run until ``max_new_tokens``. :func:`action_gbnf` writes the grammar of one comp
 
 * no whitespace anywhere (the compact form's ``","`` and ``":"``);
 * object properties in declared order, optional ones optional;
-* numbers with bounded digits: the integer part has at most as many digits as the schema's
-  ``minimum``/``maximum`` allow (else :attr:`OutputBounds.integer_digits`), the fraction at most
-  ``x-decimals`` (from ``multipleOf`` = 10^-k) or :attr:`OutputBounds.decimals` digits, and no
-  exponent;
+* numbers only within the schema's range (``minimum``/``maximum``, exclusive ones too; else
+  +-:meth:`OutputBounds.largest`), as llguidance and xgrammar enforce it, with at most
+  ``x-decimals`` (or ``multipleOf`` = 10^-k) or :attr:`OutputBounds.decimals` decimals and no
+  exponent (:mod:`._gbnf_numbers`); integers without a fraction;
 * strings and arrays bounded as :mod:`._bounds` says (``maxLength`` / ``maxItems``, else the
   least plus :attr:`OutputBounds.string_chars` / :attr:`OutputBounds.array_items`).
 
 The bounds only narrow what may be written; every parsed action is still validated against the
-schema as the user wrote it, which decides (``pattern`` and numeric ranges included).
+schema as the user wrote it, which decides (``pattern`` and ``multipleOf`` included).
 
 :func:`token_gbnf` writes a grammar of exact token ids (``<[id]>``), which is how a candidate
 action is scored on a server: a string literal would be re-tokenized by the server and could
@@ -30,7 +30,10 @@ from typing import Any
 
 import orjson
 
+from forethought.policies import SchemaError
+
 from ._bounds import OutputBounds
+from ._gbnf_numbers import NumberRange, number_gbnf
 
 __all__ = ["action_gbnf", "token_gbnf"]
 
@@ -66,10 +69,16 @@ def _repeat(atom: str, low: int, high: int) -> str:
     return f"{atom}{{{low},{high}}}"
 
 
-def _digits_for(bound: Any) -> int | None:
-    if isinstance(bound, bool) or not isinstance(bound, int | float) or not math.isfinite(bound):
-        return None
-    return max(len(str(int(abs(bound)))), 1)
+def _decimals(schema: Mapping[str, Any], bounds: OutputBounds) -> int:
+    """Decimals a number may have: ``x-decimals``, a ``multipleOf`` of 10^-k, else the bound."""
+    if "x-decimals" in schema:
+        return int(schema["x-decimals"])
+    step = schema.get("multipleOf")
+    if isinstance(step, int | float) and not isinstance(step, bool) and 0 < step <= 1:
+        k = round(-math.log10(step))
+        if math.isclose(step, 10.0**-k):
+            return k
+    return bounds.decimals
 
 
 class _Grammar:
@@ -106,27 +115,17 @@ class _Grammar:
         inner = _repeat(self.char(), low, high)
         return self.rule("string", f'"\\"" {inner} "\\""' if inner else '"\\"\\""')
 
-    def integer_part(self, schema: Mapping[str, Any]) -> str:
-        lo, hi = schema.get("minimum"), schema.get("maximum")
-        lo = schema.get("exclusiveMinimum", lo) if lo is None else lo
-        hi = schema.get("exclusiveMaximum", hi) if hi is None else hi
-        widths = [_digits_for(b) for b in (lo, hi)]
-        digits = (
-            max(w for w in widths if w is not None)
-            if all(w is not None for w in widths)
-            else self.bounds.integer_digits
-        )
-        sign = '"-"? ' if lo is None or (isinstance(lo, int | float) and lo < 0) else ""
-        tail = f" [1-9] {_repeat('[0-9]', 0, digits - 1)}" if digits > 1 else " [1-9]"
-        return f'{sign}("0" |{tail})'
-
-    def integer(self, schema: Mapping[str, Any]) -> str:
-        return self.rule("integer", self.integer_part(schema))
-
-    def number(self, schema: Mapping[str, Any]) -> str:
-        decimals = int(schema.get("x-decimals", self.bounds.decimals))
-        frac = f' ("." {_repeat("[0-9]", 1, decimals)})?' if decimals > 0 else ""
-        return self.rule("number", f"{self.integer_part(schema)}{frac}")
+    def numeric(self, schema: Mapping[str, Any], kind: str) -> str:
+        """Numbers (``kind`` "number") or integers of exactly the schema's range."""
+        decimals = 0 if kind == "integer" else _decimals(schema, self.bounds)
+        allowed = NumberRange(schema, decimals, self.bounds.largest())
+        if allowed.empty:
+            raise SchemaError(
+                "action",
+                dict(schema),
+                f"no {kind} with at most {decimals} decimals lies in this range; widen it",
+            )
+        return self.rule(kind, number_gbnf(allowed))
 
     # -- structure ----------------------------------------------------------------------------
 
@@ -152,10 +151,8 @@ class _Grammar:
             return self.array(schema, hint)
         if kind == "string":
             return self.string(schema)
-        if kind == "integer":
-            return self.integer(schema)
-        if kind == "number":
-            return self.number(schema)
+        if kind in ("integer", "number"):
+            return self.numeric(schema, kind)
         if kind == "boolean":
             return self.rule("boolean", '"true" | "false"')
         if kind == "null":
@@ -216,7 +213,7 @@ class _Grammar:
             return "any"
         self.rules["any"] = ""  # reserve the name: the body refers to itself
         s = self.string({})
-        n = self.number({})
+        n = self.numeric({}, "number")
         key_value = f'{s} ":" any'
         self.rules["any"] = (
             f'{s} | {n} | "true" | "false" | "null" | '

@@ -1,0 +1,115 @@
+"""R9 (issue 12): a stalled event loop still answers with the safe default, in time.
+
+A blocking call stops the loop for 600 ms while an event with a 300 ms deadline is being
+decided (its model call takes 400 ms). The watchdog's thread sees the missing heartbeat, and
+before the deadline hands the default decision to ``on_stall``; when the loop runs again that
+decision is the event's one decision. The model here is a scripted backend: the property is
+the runtime's, whatever the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from forethought.models import ScriptedBackend
+from forethought.planner import PlannerConfig
+from forethought.policies import AgentSpec, ConfigError
+from forethought.runtime import Agent, AgentConfig, Decision, Tier
+from forethought.runtime._watchdog import StallWatchdog
+
+SPEC = {
+    "name": "stall",
+    "description": "You steer a warehouse robot. Answer with the safest action.",
+    "action": {
+        "type": "object",
+        "properties": {"a": {"enum": ["stop", "slow", "go"]}},
+        "required": ["a"],
+    },
+    "default_action": {"a": "stop"},
+    "events": [{"type": "obstacle", "params": {"side": ["left", "right"]}, "deadline_ms": 300}],
+}
+
+
+def _agent(on_stall: object) -> Agent:
+    backend = ScriptedBackend(score_s=0.4, live_s=0.4, prefill_s=0.01, step_s=0.001)
+    config = AgentConfig.defaults(
+        planner=PlannerConfig(enabled=False),
+        watchdog={"enabled": True, "stall_ms": 100, "guard_ms": 30},
+    )
+    return Agent(
+        AgentSpec.model_validate(SPEC),
+        backend=backend,
+        config=config,
+        on_stall=on_stall,  # type: ignore[arg-type]
+    )
+
+
+def _stall(seconds: float) -> None:
+    """A blocking call on the event loop: what the watchdog is for."""
+    time.sleep(seconds)
+
+
+async def test_a_stalled_loop_gets_the_default_before_the_deadline() -> None:
+    emitted: list[tuple[Decision, float]] = []
+
+    def on_stall(d: Decision) -> None:  # the watchdog's thread
+        emitted.append((d, time.monotonic()))
+
+    async with _agent(on_stall) as agent:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        payload = {"id": "s1", "type": "obstacle", "params": {"side": "left"}}
+        task = asyncio.create_task(agent.decide(payload))
+        await asyncio.sleep(0.02)  # the executor is in its model call now
+        _stall(0.6)
+        decision = await task
+        again = await agent.decide(payload)
+        assert agent.watchdog is not None
+        stats = agent.watchdog.stats
+        assert agent.stats()["watchdog"]["stalls"] == 1
+    assert len(emitted) == 1
+    sent, at = emitted[0]
+    assert at <= t0 + 0.3  # before the deadline, while the loop was still stuck
+    assert sent.tier is Tier.DEFAULT
+    assert sent.action == {"a": "stop"}
+    assert sent.met
+    assert sent.skipped == (("loop", "stalled: the watchdog answered"),)
+    # One decision for the event: what went out during the stall, also after it.
+    assert decision == sent
+    assert again == sent
+    assert stats.stalls == 1
+    assert stats.defaults_emitted == 1
+    assert 100 <= stats.detected_after_ms[0] < 600
+    assert stats.stall_ms[0] >= 550
+
+
+async def test_without_on_stall_stalls_are_counted_and_decisions_stand() -> None:
+    async with _agent(None) as agent:
+        payload = {"id": "s2", "type": "obstacle", "params": {"side": "right"}}
+        task = asyncio.create_task(agent.decide(payload))
+        await asyncio.sleep(0.02)
+        _stall(0.3)
+        decision = await task
+        assert agent.watchdog is not None
+        assert agent.watchdog.stats.stalls == 1
+        assert agent.watchdog.stats.defaults_emitted == 0
+    assert ("loop", "stalled: the watchdog answered") not in decision.skipped
+
+
+async def test_no_stall_no_default() -> None:
+    calls: list[Decision] = []
+    async with _agent(calls.append) as agent:
+        d = await agent.decide({"id": "n1", "type": "obstacle", "params": {"side": "left"}})
+        await asyncio.sleep(0.3)
+        assert agent.watchdog is not None
+        assert agent.watchdog.stats.stalls == 0
+    assert calls == []
+    assert ("loop", "stalled: the watchdog answered") not in d.skipped
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="stall_ms"):
+        StallWatchdog(default_action={"a": "stop"}, emit=None, stall_s=0.005, beat_s=0.01)
