@@ -10,6 +10,7 @@ from pathlib import Path
 import nats
 from nats.js.errors import NoKeysError
 from nats.js.kv import KeyValue
+from robot_spec import robot_spec
 
 from forethought.models import ModelBackend, TransformersBackend
 from forethought.planner import PlannerConfig
@@ -19,17 +20,9 @@ from forethought.runtime import Agent, AgentConfig, FleetConfig
 from forethought.runtime._fleet_record import decode_key
 from forethought.runtime._fleet_worker import FleetWorker
 
-SPEC = {
-    "name": "fleet-test",
-    "description": "You steer a warehouse robot. Answer with the safest action.",
-    "action": {
-        "type": "object",
-        "properties": {"a": {"enum": ["stop", "slow", "go"]}},
-        "required": ["a"],
-    },
-    "default_action": {"a": "stop"},
-    "state": {"zone": "aisle", "battery": 0.9},
-    "events": [
+SPEC = robot_spec(
+    "fleet-test",
+    events=[
         {
             "type": "obstacle",
             "params": {"side": ["left", "right"]},
@@ -40,7 +33,8 @@ SPEC = {
         {"type": "battery_low", "params": {"level": [0.1, 0.2]}, "deadline_ms": 3000},
         {"type": "clear", "deadline_ms": 1000, "effects": {"zone": "aisle"}},
     ],
-}
+    state={"zone": "aisle", "battery": 0.9},
+)
 
 EVENTS = [
     {"type": "obstacle", "params": {"side": "left"}},

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from conftest import Pki
 from pydantic import SecretStr
+from robot_spec import robot_spec
 
 from forethought.policies import ConfigError
 from forethought.runtime import ZenohConfig, ZenohSecurity, stamp_event, zenoh_config
@@ -26,21 +27,14 @@ zenoh = pytest.importorskip("zenoh")
 
 pytestmark = pytest.mark.model
 
-SPEC = {
-    "name": "zenoh-test",
-    "description": "You steer a warehouse robot. Answer with the safest action.",
-    "action": {
-        "type": "object",
-        "properties": {"a": {"enum": ["stop", "slow", "go"]}},
-        "required": ["a"],
-    },
-    "default_action": {"a": "stop"},
-    "state": {"zone": "aisle"},
-    "events": [
+SPEC = robot_spec(
+    "zenoh-test",
+    events=[
         {"type": "obstacle", "params": {"side": ["left", "right"]}, "deadline_ms": 800},
         {"type": "clear", "deadline_ms": 1000},
     ],
-}
+    state={"zone": "aisle"},
+)
 AGENT = "zt"
 
 

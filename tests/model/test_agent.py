@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from robot_spec import robot_spec
 
 from forethought import Agent, AgentConfig, AgentSpec, InProcessBus, Tier
 from forethought.models import ScriptedBackend, TransformersBackend
@@ -20,17 +21,9 @@ from forethought.policies import (
     NotStarted,
 )
 
-SPEC = {
-    "name": "agent-test",
-    "description": "You steer a warehouse robot. Answer with the safest action.",
-    "action": {
-        "type": "object",
-        "properties": {"a": {"enum": ["stop", "slow", "go"]}},
-        "required": ["a"],
-    },
-    "default_action": {"a": "stop"},
-    "state": {"zone": "aisle", "battery": 0.9},
-    "events": [
+SPEC = robot_spec(
+    "agent-test",
+    events=[
         {
             "type": "obstacle",
             "params": {"side": ["left", "right"]},
@@ -46,7 +39,8 @@ SPEC = {
         },
         {"type": "clear", "deadline_ms": 1000, "effects": {"zone": "aisle"}},
     ],
-}
+    state={"zone": "aisle", "battery": 0.9},
+)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import asyncio
 import time
 
 import pytest
+from robot_spec import robot_spec
 
 from forethought.models import ScriptedBackend
 from forethought.planner import PlannerConfig
@@ -20,17 +21,10 @@ from forethought.policies import AgentSpec, ConfigError
 from forethought.runtime import Agent, AgentConfig, Decision, Tier
 from forethought.runtime._watchdog import StallWatchdog
 
-SPEC = {
-    "name": "stall",
-    "description": "You steer a warehouse robot. Answer with the safest action.",
-    "action": {
-        "type": "object",
-        "properties": {"a": {"enum": ["stop", "slow", "go"]}},
-        "required": ["a"],
-    },
-    "default_action": {"a": "stop"},
-    "events": [{"type": "obstacle", "params": {"side": ["left", "right"]}, "deadline_ms": 300}],
-}
+SPEC = robot_spec(
+    "stall",
+    events=[{"type": "obstacle", "params": {"side": ["left", "right"]}, "deadline_ms": 300}],
+)
 
 
 def _agent(on_stall: object) -> Agent:
