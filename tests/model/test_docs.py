@@ -73,7 +73,8 @@ def test_the_readme_headline_is_the_matrix_json() -> None:
     data = json.loads((ROOT / "docs/results/matrix.json").read_text())
     block = pages.render_headline(data)
     assert block in (ROOT / "README.md").read_text()
-    assert "`6ca63b6`" in block  # it names the commit the figures came from...
+    for source in data["sources"]:  # it names the commit each column came from...
+        assert f"`{source['commit']}`" in block
     assert "`cpu-8b-q4`" in block  # ...and the profiles
     # The block follows the JSON: a changed figure changes the block.
     row = next(r for r in data["rows"] if r["profile"] == "cpu-8b-q4" and r["tree"] is not None)
@@ -88,8 +89,10 @@ def test_every_results_json_names_its_provenance() -> None:
         data = json.loads(path.read_text())
         for field in ("title", "commit", "date", "machine", "profile", "rounds", "command"):
             assert data.get(field) not in (None, ""), f"{path.name}: no {field}"
-        # "+dirty": measured on uncommitted changes to that commit, and said so.
-        assert re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", data["commit"]), path.name
+        # "+dirty": measured on uncommitted changes to that commit, and said so; a result
+        # gathered from several runs (the matrix) names each run's commit, comma-separated.
+        one = r"[0-9a-f]{7,40}(\+dirty)?"
+        assert re.fullmatch(rf"{one}(, {one})*", data["commit"]), path.name
         assert re.match(r"\d{4}-\d{2}-\d{2}", data["date"]), path.name
         page = path.parent / data.get("page", path.with_suffix(".md").name)
         assert page.exists(), f"{path.name} has no page"
