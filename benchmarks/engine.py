@@ -13,7 +13,6 @@ warehouse scenario on the real clock with the live strategy on each engine (the 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -71,17 +70,8 @@ def main() -> int:
         rounds=args.rounds,
         json_path=args.json,
         sim=None if args.no_sim else (lambda: _sim(args.model, args.sim_speed)),
-    )
-    # The bench writes figures only; the results pages need to know what the file is and how
-    # it was made (scripts/docs_pages.py leaves a page to the generator named here).
-    report = json.loads(args.json.read_text())
-    report.update(
-        title="The local engines, side by side",
-        profile="none (real time: every engine timed on this machine)",
         command=" ".join(["python benchmarks/engine.py", *sys.argv[1:]]),
-        generator="benchmarks/engine_md.py",
     )
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
     md = args.json.with_suffix(".md")
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "engine_md.py"), str(args.json), str(md)],

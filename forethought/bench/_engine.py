@@ -268,12 +268,21 @@ def run_engine_bench(
     rounds: int,
     json_path: Path | None,
     sim: Callable[[], dict[str, Any]] | None = None,
+    command: str = "forethought bench --suite engine",
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Measure the engines side by side (and ``sim``'s figures, if given); write the JSON."""
+    """Measure the engines side by side (and ``sim``'s figures, if given); write the JSON.
+
+    The JSON names what it is and how it was made (``command``: the command line that ran
+    this), as every file under docs/results must; ``benchmarks/engine_md.py`` renders it.
+    """
     started = datetime.now(UTC)
     report: dict[str, Any] = {
         "suite": "engine",
+        "title": "The local engines, side by side",
+        "profile": "none (real time: every engine timed on this machine)",
+        "command": command,
+        "generator": "benchmarks/engine_md.py",
         "commit": _commit(),
         "date": started.isoformat(timespec="seconds"),
         "machine": _machine(),
