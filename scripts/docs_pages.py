@@ -115,17 +115,19 @@ def render_matrix(data: dict[str, Any]) -> str:
 
 
 def render_headline(data: dict[str, Any]) -> str:
-    """The README's headline block: the embedded model's profile beside a slow model's."""
-    sources = "; ".join(
-        f"{'/'.join(s['strategies'])} from commit `{s['commit']}`" for s in data["sources"]
-    )
+    """The README's headline block: the embedded model's profile beside a slow model's.
+
+    The README is the front door: it names no commit. The runs behind the figures (commit,
+    date, command, wall time) are named on the matrix page it links to.
+    """
     lines = [
         BEGIN,
         "",
         f"Correct in time / answered in time, in % (a fallback is never a hit), one round "
         f"per cell on {data['machine']}; profiles `{HEADLINE_PROFILES[0]}` (the embedded "
-        f"model) and `{HEADLINE_PROFILES[1]}` (an 8B model on a laptop CPU); {sources}. "
-        "All profiles and the fallback rates: [the full matrix](docs/results/matrix.md).",
+        f"model) and `{HEADLINE_PROFILES[1]}` (an 8B model on a laptop CPU). All profiles, "
+        "the fallback rates and the runs they came from: "
+        "[the full matrix](docs/results/matrix.md).",
         "",
     ]
     if data.get("stale"):

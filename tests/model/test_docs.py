@@ -73,8 +73,11 @@ def test_the_readme_headline_is_the_matrix_json() -> None:
     data = json.loads((ROOT / "docs/results/matrix.json").read_text())
     block = pages.render_headline(data)
     assert block in (ROOT / "README.md").read_text()
-    for source in data["sources"]:  # it names the commit each column came from...
-        assert f"`{source['commit']}`" in block
+    matrix_page = pages.render_matrix(data)
+    for source in data["sources"]:  # the front door names no commit; the matrix page does
+        assert source["commit"] not in block
+        assert f"`{source['commit']}`" in matrix_page
+    assert "docs/results/matrix.md" in block
     assert "`cpu-8b-q4`" in block  # ...and the profiles
     # The block follows the JSON: a changed figure changes the block.
     row = next(r for r in data["rows"] if r["profile"] == "cpu-8b-q4" and r["tree"] is not None)
