@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
 from forethought.policies import InvalidEvent, NotStarted
@@ -17,7 +18,24 @@ from .._decision import Decision
 from .._event import Arrival, Event, EventPayload, parse_payload
 from ._drop_oldest import DropOldestQueue
 
-__all__ = ["EventBus", "InProcessBus"]
+__all__ = ["BusStats", "EventBus", "InProcessBus"]
+
+
+@dataclass(slots=True)
+class BusStats:
+    """The counters every network bus keeps; each bus's own stats add theirs.
+
+    Mirrors :class:`~forethought.runtime.BusSection`, the health report's view of them.
+    """
+
+    received: int = 0
+    malformed: int = 0
+    dropped_full: int = 0
+    expired: int = 0
+    warnings: int = 0
+    """Warnings beside a decision (an event outside the event space) on the errors topic."""
+    published: int = 0
+    publish_failures: int = 0
 
 
 @runtime_checkable

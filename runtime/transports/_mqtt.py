@@ -73,6 +73,7 @@ from .._decision import Decision
 from .._event import Arrival, Event, ReplyTo, parse_payload, raw_id
 from .._health_report import BusSection, HealthReport
 from .._id_window import MQTT_PUBLISHED_MAX_IDS, IdWindow
+from ._bus import BusStats
 from ._drop_oldest import DropOldestQueue
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
 from ._topics import Topics
@@ -184,17 +185,9 @@ class _Outcome:
 
 
 @dataclass(slots=True)
-class MqttStats:
-    """Counters of one bus."""
+class MqttStats(BusStats):
+    """Counters of one MQTT bus: the common ones, then its own."""
 
-    received: int = 0
-    malformed: int = 0
-    dropped_full: int = 0
-    expired: int = 0
-    warnings: int = 0
-    """Warnings beside a decision (an event outside the event space) on the errors topic."""
-    published: int = 0
-    publish_failures: int = 0
     outages: int = 0
     connects: int = 0
     replies_refused: int = 0

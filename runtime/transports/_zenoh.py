@@ -42,6 +42,7 @@ from .._capabilities import SupportsAgentId, SupportsBusStats, SupportsStatus
 from .._decision import Decision
 from .._event import Arrival, Event, parse_payload
 from .._health_report import BusSection, HealthReport
+from ._bus import BusStats
 from ._drop_oldest import DropOldestQueue
 from ._topics import Topics
 from ._zenoh_security import ZenohSecurity
@@ -55,16 +56,9 @@ log = logging.getLogger("forethought.zenoh")
 
 
 @dataclass(slots=True)
-class ZenohStats:
-    """Counters of one bus."""
+class ZenohStats(BusStats):
+    """Counters of one Zenoh bus: the common ones, then its own."""
 
-    received: int = 0
-    malformed: int = 0
-    dropped_full: int = 0
-    expired: int = 0
-    warnings: int = 0
-    published: int = 0
-    publish_failures: int = 0
     queries: int = 0
     queries_answered: int = 0
     health_queries: int = 0
