@@ -119,11 +119,22 @@ async def bucket_holding(
     url: str, fleet: FleetConfig, keys: set[tuple[str, EventKey]], timeout_s: float
 ) -> dict[tuple[str, EventKey], int]:
     """The bucket once it holds ``keys``: offers are written one by one as they arrive, so
-    the first one written says nothing of the rest."""
+    the first one written says nothing of the rest.
+
+    A read the cluster cannot answer yet (after all its nodes restarted, its JetStream
+    leaders are elected again only after a while: the stream-info request times out) counts
+    as not holding them yet, until ``timeout_s``.
+    """
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
     while True:
-        stored = await bucket(url, fleet)
+        try:
+            stored = await bucket(url, fleet)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            if loop.time() > end:
+                raise
+            await asyncio.sleep(0.25)
+            continue
         if keys <= set(stored):
             return stored
         if loop.time() > end:
