@@ -107,8 +107,13 @@ async def bucket(url: str, fleet: FleetConfig) -> dict[tuple[str, EventKey], int
     try:
         js = nc.jetstream()
         kv = await js.key_value(fleet.names.tree)
+        try:
+            keys = await kv.keys()
+        except NoKeysError:
+            # nats-py raises on an empty bucket rather than listing nothing.
+            return {}
         out = {}
-        for key in await kv.keys():
+        for key in keys:
             out[decode_key(key)] = len(await _history(kv, key))
         return out
     finally:
@@ -123,7 +128,8 @@ async def bucket_holding(
 
     A read the cluster cannot answer yet (after all its nodes restarted, its JetStream
     leaders are elected again only after a while: the stream-info request times out) counts
-    as not holding them yet, until ``timeout_s``.
+    as not holding them yet, until ``timeout_s``; so does an empty read, which a node that
+    rejoined before catching up gives.
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
