@@ -15,12 +15,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from forethought.models import Prediction
+    from forethought.policies import ActionSchema
+
     from ._health_report import BusSection, HealthReport
 
 __all__ = [
     "SupportsAgentId",
     "SupportsBusStats",
     "SupportsConnected",
+    "SupportsLivePrediction",
     "SupportsServerStats",
     "SupportsStatus",
     "SupportsWorker",
@@ -73,6 +77,19 @@ class SupportsServerStats(Protocol):
 
 
 @runtime_checkable
+class SupportsLivePrediction(Protocol):
+    """A backend that predicts a live call for the prompt it would send.
+
+    Not from the fitted laws alone: an inference server, whose prefix cache and streamed steps
+    the laws cannot see (:mod:`forethought.models.backends._call_prediction`).
+    """
+
+    def predict_live(self, context: str, event: str, schema: ActionSchema) -> Prediction:
+        """What a live call for ``event`` in ``context`` is predicted to take, end to end."""
+        ...
+
+
+@runtime_checkable
 class SupportsWorker(Protocol):
     """A backend whose model runs in a worker process that is replaced when it dies or hangs."""
 
@@ -92,5 +109,11 @@ if TYPE_CHECKING:  # the model layer's backends offer these (mypy checks; nothin
 
     def _declared(
         process: ProcessBackend, server: ServerBackend, managed: ManagedServerBackend
-    ) -> tuple[SupportsWorker, SupportsServerStats, SupportsServerStats]:
-        return process, server, managed
+    ) -> tuple[
+        SupportsWorker,
+        SupportsServerStats,
+        SupportsServerStats,
+        SupportsLivePrediction,
+        SupportsLivePrediction,
+    ]:
+        return process, server, managed, server, managed

@@ -36,6 +36,7 @@ from forethought.policies._events import EventKey, EventSpace
 from forethought.policies._state import WorldState
 from forethought.policies._tree import PolicyNode, PolicyTree
 
+from ._capabilities import SupportsLivePrediction
 from ._decision import Decision, Tier, late_reason, wall_ns
 from ._event import Event
 from ._id_window import EXECUTOR_MAX_IDS, EXECUTOR_WINDOW_S, IdWindow
@@ -531,7 +532,10 @@ class Executor:
             skipped.append(("live", "disabled"))
             return None
         lat = backend.latency
-        predicted = lat.call(self._config.event_tokens, lat.typical_steps()).p95
+        if isinstance(backend, SupportsLivePrediction):
+            predicted = backend.predict_live(context, text, self._schema).p95
+        else:
+            predicted = lat.call(self._config.event_tokens, lat.typical_steps()).p95
 
         async def probe() -> None:
             async with self._gate.background() as cancel:

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from forethought.policies import ActionSchema, ConfigError, NotStarted
 
 from .._backend import CancelSignal, Generation, Scores
-from .._latency import LatencyModel
+from .._latency import LatencyModel, Prediction
 from .._model_source import DEFAULT_MODEL, resolve_model
 from ..grammar._bounds import OutputBounds
 from ._llama_binary import BUILD_COMMAND, llama_server_path
@@ -139,6 +139,10 @@ class ManagedServerBackend:
     async def prepare(self, schema: ActionSchema) -> None:
         """Write the grammar and time one call (a server that is down is logged, not fatal)."""
         await self.server.prepare(schema)
+
+    def predict_live(self, context: str, event: str, schema: ActionSchema) -> Prediction:
+        """A live call's predicted time (:meth:`ServerBackend.predict_live`)."""
+        return self.server.predict_live(context, event, schema)
 
     async def generate(
         self,

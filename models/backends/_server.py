@@ -55,6 +55,7 @@ from .._model_source import DEFAULT_MODEL, resolve_model
 from .._prompt import Prompt, PromptEncoder
 from ..grammar._bounds import OutputBounds, max_output_chars
 from ..grammar._gbnf import action_gbnf, token_gbnf
+from ._call_prediction import SentPrefixes, live_call
 from ._server_api import Chunk, ServerAPI, make_api
 from ._trie_score import read_trie, trie_depth, trie_gbnf
 
@@ -141,6 +142,10 @@ class ServerLatency:
         """A whole call: first token, then ``steps`` more."""
         step = self.step(rows)
         return self.prefill(prefill_tokens) + Prediction(step.p50 * steps, step.p95 * steps)
+
+    def live(self, prefill_tokens: int, steps: int) -> Prediction:
+        """One single-row call, its steps' spread added as a sum's (see :func:`.live_call`)."""
+        return live_call(self.prefill(prefill_tokens), self.step(1), steps)
 
     def typical_steps(self, default: int = 8) -> int:
         """Tokens a completed action has needed (median)."""
@@ -253,6 +258,7 @@ class ServerBackend:
         self._poller: asyncio.Task[None] | None = None
         self._in_flight = 0
         self._n_ctx: int | None = None
+        self._prefixes = SentPrefixes()
         self.stats = ServerStats()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -433,6 +439,17 @@ class ServerBackend:
         if self._n_ctx is not None and prompt_tokens + max_new_tokens > self._n_ctx:
             raise PromptTooLong(prompt_tokens + max_new_tokens, self._n_ctx)
 
+    def predict_live(self, context: str, event: str, schema: ActionSchema) -> Prediction:
+        """What a live call for ``event`` in ``context`` is predicted to take, end to end.
+
+        For the prompt this call would send: the event's own tokens when the state was sent
+        lately (its prefix is in the server's cache), the whole prompt when not; the laws'
+        p95 with its steps' spread added as a sum's (:mod:`._call_prediction`).
+        """
+        prefix, own = self.prompts.encode(Prompt(context, event), schema)
+        uncached = self._prefixes.uncached(prefix, own)
+        return self._latency.live(uncached, self._latency.typical_steps())
+
     async def generate(
         self,
         context: str,
@@ -463,6 +480,7 @@ class ServerBackend:
             return [self._not_started(len(p), started) for p in prompts]
         grammar = self.grammar(schema)
         background = math.isinf(deadline)
+        self._prefixes.sent(encoded[0][0])
         if self._shared_prefill and len(prompts) > 1:
             cut = await self._share_prefix(encoded[0][0], deadline, cancel)
             if cut is not None:
@@ -520,6 +538,7 @@ class ServerBackend:
         if started + predicted.p95 > deadline:
             self.stats.not_started += 1
             return Scores(GenerationStatus.NOT_STARTED, None, started, started)
+        self._prefixes.sent(prefix)
         if trie:
             totals = await self._score_trie(prefix + own, ids, deadline, cancel)
         else:

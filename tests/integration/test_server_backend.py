@@ -20,6 +20,8 @@ import pytest
 
 from forethought.models import CancelSignal, GenerationStatus, ServerBackend, TransformersBackend
 from forethought.models._model_load import LoadedModel
+from forethought.models._prompt import Prompt
+from forethought.models.backends._call_prediction import live_call
 from forethought.models.backends._server import _TRIE_MARGIN_NAT
 from forethought.policies import (
     ActionSchema,
@@ -564,3 +566,32 @@ def test_a_server_that_dies_at_start_is_reported_as_dead_not_slow(
     ):
         pass
     assert set(logs.glob("llama-server-*.log")) - before == set()
+
+
+async def test_a_live_prediction_counts_the_state_only_until_it_was_sent(
+    server: LlamaServer, robot_schema: ActionSchema
+) -> None:
+    """Before a call in a state, a live call is predicted to prefill the whole prompt; after
+    one, only the event's own tokens, which the server indeed prefilled (its timings say)."""
+    async with ServerBackend(url=server.url, poll_s=0) as backend:
+        await backend.prepare(robot_schema)
+        lat = backend.latency
+        steps = lat.typical_steps()
+        prefix, own = backend.prompts.encode(Prompt(CONTEXT, "battery low"), robot_schema)
+        cold = backend.predict_live(CONTEXT, "battery low", robot_schema)
+        assert cold == live_call(lat.prefill(len(prefix) + len(own)), lat.step(1), steps)
+        loop = asyncio.get_running_loop()
+        (g,) = await backend.generate(
+            CONTEXT, ["path clear"], robot_schema, deadline=loop.time() + 60
+        )
+        assert g.ok
+        warm = backend.predict_live(CONTEXT, "battery low", robot_schema)
+        steps = lat.typical_steps()
+        assert warm == live_call(lat.prefill(len(own)), lat.step(1), steps)
+        (h,) = await backend.generate(
+            CONTEXT, ["battery low"], robot_schema, deadline=loop.time() + 60
+        )
+        assert h.ok
+        assert h.prefill_tokens <= len(own)  # the server had the state cached, as predicted
+        other = backend.predict_live(CONTEXT + " It is night.", "battery low", robot_schema)
+        assert other.p50 > warm.p50  # a state never sent: prefilled whole

@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from forethought.models import LatencyProfile, ScriptedBackend, TransformersBackend
+from forethought.models import LatencyProfile, Prediction, ScriptedBackend, TransformersBackend
 from forethought.policies import ActionSchema, InvalidAction
 from forethought.policies._events import EventSpace
 from forethought.policies._state import WorldState
 from forethought.policies._tree import PolicyNode, PolicyTree
 from forethought.runtime import Decision, Event, ExecutorConfig, Tier
+from forethought.runtime._capabilities import SupportsLivePrediction
 from forethought.runtime._executor import Executor
 from forethought.sims._charged import ChargedClock
 from forethought.sims._vloop import VirtualTimeLoop, run_virtual
@@ -310,3 +311,49 @@ def test_a_kept_answer_survives_a_snapshot_as_answered(tmp_path: Any) -> None:
     row = node.to_row()
     assert PolicyNode.from_row(row) == node
     assert PolicyNode.from_row(row[:11]).origin == "planned"  # rows written before the field
+
+
+class _PredictingBackend(ScriptedBackend):
+    """A scripted backend that predicts its live calls itself, as a server backend does."""
+
+    def __init__(self, live_p95_s: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.live_p95_s = live_p95_s
+        self.asked: list[tuple[str, str]] = []
+
+    def predict_live(self, context: str, event: str, schema: ActionSchema) -> Prediction:
+        self.asked.append((context, event))
+        return Prediction(self.live_p95_s / 2, self.live_p95_s)
+
+
+@pytest.mark.parametrize(("live_p95_s", "started"), [(0.1, True), (0.5, False)])
+def test_a_backend_that_predicts_its_live_calls_is_asked_for_this_event(
+    live_p95_s: float, started: bool
+) -> None:
+    """The fit check of the live tier uses the backend's own prediction for this event's
+    prompt when it offers one (SupportsLivePrediction), not the laws for a guessed size.
+
+    The laws here say a live call takes 0.05 + 32 x 0.005 s to prefill plus 8 steps of 0.02 s
+    (370 ms: no fit in 235 ms); the backend predicts 100 ms (it fits) or 500 ms (it does not).
+    """
+    backend = _PredictingBackend(
+        live_p95_s,
+        live_s=0.05,
+        prefill_s=0.05,
+        prefill_per_token_s=0.005,
+        step_s=0.02,
+        action={"a": "go", "v": 1.0},
+    )
+    assert isinstance(backend, SupportsLivePrediction)
+    ex = make(backend, use_score=False)
+    d = decide(ex, id="e1", type="obstacle", params={"d": 1.0}, deadline=0.235)
+    assert len(backend.asked) == 1
+    context, event = backend.asked[0]
+    assert "aisle" in context  # the state's rendering
+    assert "obstacle" in event
+    if started:
+        assert d.tier is Tier.LIVE, d.skipped
+        assert d.met
+    else:
+        assert d.tier is Tier.DEFAULT
+        assert ("live", "p95 500.0 ms does not fit") in d.skipped
