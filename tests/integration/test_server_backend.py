@@ -126,7 +126,10 @@ async def test_scores_agree_with_the_in_process_model(
         trie = await backend.score(CONTEXT, event, candidates, robot_schema, deadline=math.inf)
     assert trie.scores is not None
     assert trie.best == theirs.best
-    assert trie.scores[trie.best] == pytest.approx(theirs.scores[theirs.best], abs=0.01)
+    # Exact, but read by another request, possibly from another slot than the four above: a
+    # cold read there moved the winner's score by 0.235 nat in a clean-clone run, inside the
+    # drift between requests that the bounds below are held to as well.
+    assert trie.scores[trie.best] == pytest.approx(theirs.scores[theirs.best], abs=DRIFT_NAT)
     for bound, exact in zip(trie.scores, theirs.scores, strict=True):
         assert bound >= exact - DRIFT_NAT
     # The drift between a cold and a cached read stays inside the margin a trie bound is read
