@@ -5,9 +5,9 @@ for a p95 as the sum of their p95s, for a fixed guess of the event's tokens
 (``ExecutorConfig.event_tokens``). In process that is close: each pass is timed directly and
 its spread is small. On a server it is not:
 
-* a step is seen as the gap between two streamed chunks, and chunks arrive bunched (one gap
-  long, the next short), so the step law's spread is mostly delivery jitter that a whole call
-  averages away: thirteen step p95s added are far above the p95 of their sum (:func:`live_call`);
+* a step is seen as the gap between two streamed chunks, whose p95 was 1.4-2.4x its median
+  on a 2-core CPU; a compact action is about 14 of them, and 14 step p95s added are far above
+  the p95 of their sum (:func:`live_call`);
 * what is prefilled is the uncached part of the prompt: after a state change the whole state,
   otherwise only the event's own tokens -- often fewer than the guess, at several milliseconds
   a token on a CPU (:class:`SentPrefixes`).
@@ -32,9 +32,8 @@ def live_call(prefill: Prediction, step: Prediction, steps: int) -> Prediction:
     The median is the medians added. Of the p95, the prefill's comes whole (one pass: a cold
     prefix, the wait behind another call), and the steps' spread above their median grows with
     the square root of their number, as the spread of a sum of independent gaps does, not with
-    the number itself. Chunk gaps are if anything anti-correlated (a late chunk is followed by
-    an early one), so the square root is itself on the safe side; a slowdown that holds for a
-    whole call moves the step median, which the law follows.
+    the number itself. That assumes the gaps vary independently; a slowdown that holds for a
+    whole call moves the step median, which the law follows over its recent samples.
     """
     extra = max(step.p95 - step.p50, 0.0) * math.sqrt(max(steps, 0))
     return Prediction(prefill.p50 + steps * step.p50, prefill.p95 + steps * step.p50 + extra)
@@ -43,8 +42,8 @@ def live_call(prefill: Prediction, step: Prediction, steps: int) -> Prediction:
 class SentPrefixes:
     """The prompt prefixes (states) sent lately: a server's prefix cache most likely holds them.
 
-    A guess, not a reading: a shared server may have dropped one. The calibration absorbs what
-    the guess gets wrong on average.
+    A guess, not a reading: a shared server may have dropped one, and the call then prefills
+    more than predicted.
 
     Args:
         keep: how many distinct prefixes are remembered (the least recently sent go first).
