@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forethought.models import ModelBackend
+from forethought.models import GenerationStatus, ModelBackend
 from forethought.models._gate import ModelGate
 from forethought.models._prompt import state_context
 from forethought.policies import ActionSchema, ForethoughtError, InvalidEvent
@@ -85,7 +85,10 @@ class ExecutorConfig(BaseModel):
     nothing for this long, one call is made in the background (at the planner's priority, so
     any event's call preempts it) to measure the model again. A tier that never runs is never
     measured: without this, a p95 learned in a slow moment (a cold start, a busy neighbour)
-    would keep the live tier off for good once the model is fast again."""
+    would keep the live tier off for good once the model is fast again. The same holds when
+    the model refuses a live call before any pass (``not_started``): the state's prompt is then
+    usually not cached, its prefill alone is longer than the budget, and the background call
+    is what prefills it."""
 
 
 @dataclass(slots=True)
@@ -566,6 +569,12 @@ class Executor:
             return None
         gen = gens[0]
         if gen.action is None:
+            if gen.status is GenerationStatus.NOT_STARTED and self._stale():
+                # The model refused before any pass: most often the state's prompt is not
+                # cached and its prefill alone is longer than any event's budget. Nothing
+                # on the event path would ever prefill it, so the tier would stay off for
+                # good; the probe prefills it (and measures) in the background.
+                self._start_probe(probe)
             skipped.append(("live", gen.status.value))
             return None
         return self._validated(gen.action, skipped, "live")

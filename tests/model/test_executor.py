@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from forethought.models import LatencyProfile, Prediction, ScriptedBackend, TransformersBackend
+from forethought.models._prompt import Prompt, state_context
 from forethought.policies import ActionSchema, InvalidAction
 from forethought.policies._events import EventSpace
 from forethought.policies._state import WorldState
@@ -254,6 +255,59 @@ def test_a_live_tier_shut_out_in_a_slow_moment_is_measured_again(
 
     assert shut_out(decisions[0])  # the slow moment's p95 kept the tier off at first
     assert not any(shut_out(d) for d in decisions[-20:])  # measured again, it starts again
+    assert all(d.met for d in decisions)
+
+
+@pytest.mark.model
+def test_a_state_prompt_too_long_to_prefill_in_any_budget_is_prefilled_in_the_background(
+    tiny_backend: TransformersBackend,
+) -> None:
+    """A live tier the model refuses before any pass must not stay off for good.
+
+    Prefill here costs 4 ms a token: the state's prompt (about 100 tokens) takes longer to
+    prefill than the 300 ms an event allows, while an event's own tokens after it, cached,
+    take about 100 ms. Nothing on the event path ever prefills the state's prompt (each call
+    is refused before its first pass, so nothing is measured either): unless the executor
+    prefills it in the background, no event is ever answered live. Virtual time, a real
+    (tiny) model charged by a fixed profile: deterministic.
+    """
+    profile = LatencyProfile(0.01, 0.004, 0.01, 0.0005, spread95=1.1)
+    schema = ActionSchema.from_json_schema(ACTION)
+
+    async def main() -> tuple[list[Decision], int]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        backend = tiny_backend.sharing(clock=ChargedClock(loop, profile, seed=3))
+        async with backend:
+            await backend.prepare(schema)  # what the agent does: calibrates on a short prompt
+            prompt, _ = backend.prompts.encode(
+                Prompt(state_context("test robot", STATE.to_json()), "-"), schema
+            )
+            ex = Executor(
+                space=EventSpace.from_specs(SPACE),
+                schema=schema,
+                tree=PolicyTree(),
+                default_action={"a": "stop"},
+                description="test robot",
+                backend=backend,
+                config=ExecutorConfig(use_tree=False, use_score=False, probe_after_s=0.5),
+            )
+            decisions = []
+            for i in range(40):
+                await asyncio.sleep(0.5)
+                now = loop.time()
+                event = Event(str(i), "obstacle", {"d": 1.0}, arrived_at=now, deadline=now + 0.3)
+                decisions.append(await ex.decide(event, STATE))
+            await ex.aclose()
+        return decisions, len(prompt)
+
+    decisions, prompt_tokens = run_virtual(main())
+    assert 0.01 + 0.004 * prompt_tokens > 0.3  # the state's prompt alone does not fit
+    assert decisions[0].tier is Tier.DEFAULT
+    assert ("live", "not_started") in decisions[0].skipped
+    live = [d for d in decisions if d.tier is Tier.LIVE]
+    assert len(live) >= 30, [d.skipped for d in decisions]
+    assert all(d.tier is Tier.LIVE for d in decisions[-10:])
     assert all(d.met for d in decisions)
 
 
