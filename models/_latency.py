@@ -66,6 +66,11 @@ class LatencyProfile:
     slower than one back to back)."""
     idle_after_s: float = math.inf
     """How long the model must have been idle for the next pass to pay :attr:`idle_cost`."""
+    longer_idle: tuple[tuple[float, Cost], ...] = ()
+    """Costs for longer idle times, ascending: after at least ``seconds`` idle a call pays its
+    cost instead of :attr:`idle_cost` (the longest such time that has passed counts). A pause
+    of a second costs more than one of a tenth, and a replay's calls come after its events'
+    own gaps."""
 
     @classmethod
     def from_figures(cls, *, step_ms: float, prefill_us_per_token: float) -> LatencyProfile:

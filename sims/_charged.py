@@ -72,6 +72,10 @@ class ChargedClock:
         self.idle_calls = 0
         """How many calls were charged the profile's ``idle_cost``."""
         self._last_end = loop.time()  # the model is idle from the moment it is there
+        # The idle cost drawn as the call under way started, spent with its first pass: a
+        # call refused before any pass wakes nothing, so it pays none and the model stays idle.
+        self._cold_s = 0.0
+        self._ran = False
 
     def now(self) -> float:
         """The loop's virtual time."""
@@ -112,16 +116,25 @@ class ChargedClock:
         """What the call starting now pays for the model's idle time before it (one draw).
 
         Nothing unless the model was idle for longer than the profile's ``idle_after_s`` since
-        its last call ended (no draw either: a profile without an idle cost charges as before).
+        its last call ended (no draw either: a profile without an idle cost charges as before);
+        after a longer idle time, the cost the profile gives for it (``longer_idle``).
         """
+        seconds = self._idle_draw()
+        if seconds > 0:
+            self.idle_s += seconds
+            self.idle_calls += 1
+        return seconds
+
+    def _idle_draw(self) -> float:
         p = self._profile
         idle = self._loop.time() - self._last_end
         if not p.idle_cost.quantiles or idle <= p.idle_after_s:
             return 0.0
-        seconds = p.idle_cost.at(self._rng.random())
-        self.idle_s += seconds
-        self.idle_calls += 1
-        return seconds
+        cost = p.idle_cost
+        for after, longer in p.longer_idle:
+            if idle >= after:
+                cost = longer
+        return cost.at(self._rng.random())
 
     def select_cost(self) -> float:
         """What one decision's own work in the executor costs (one draw, on the loop)."""
@@ -136,8 +149,12 @@ class ChargedClock:
         out = work()
         if self._log is not None:
             self._log.append(shape)
+        cold, self._cold_s, self._ran = self._cold_s, 0.0, True
+        if cold > 0:
+            self.idle_s += cold
+            self.idle_calls += 1
         seconds = self.charge(shape)
-        extra = self.overhead(shape)
+        extra = self.overhead(shape) + cold
         self.charged_s += seconds + extra
         self.overhead_s += extra
         self.passes += 1
@@ -186,15 +203,19 @@ class ChargedClock:
     def start_call(self) -> None:
         """The call's work starts on the worker: spend its own costs (it holds the loop).
 
-        With them, the idle cost when the model sat idle long enough before it.
+        The idle cost, when the model sat idle long enough before it, is drawn now and spent
+        with the call's first pass (a call refused before any pass pays none).
         """
-        seconds = self.call_cost() + self.idle_cost()
+        seconds = self.call_cost()
+        self._cold_s, self._ran = self._idle_draw(), False
         self.charged_s += seconds
         self.overhead_s += seconds
         if seconds > 0:
             self._loop.spend(seconds)
 
     def end_call(self) -> None:
-        """The call is over: the model is idle from now; virtual time may move on."""
-        self._last_end = self._loop.time()
+        """The call is over: the model is idle from now (if it ran); virtual time moves on."""
+        if self._ran:
+            self._last_end = self._loop.time()
+        self._cold_s, self._ran = 0.0, False
         self._loop.release()

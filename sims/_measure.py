@@ -103,6 +103,7 @@ class _CallSamples:
     call: list[float]
     pass_gaps: list[tuple[int, float]]  # (rows of the pass, the gap before it)
     idle: list[tuple[float, float]]  # (idle seconds before a call, its wall seconds)
+    passes: list[_Timed]  # the forward passes of the warm calls, back to back
 
 
 def _split(wall: float, passes: Sequence[_Timed]) -> tuple[float, list[tuple[int, float]]]:
@@ -123,10 +124,11 @@ async def _measure_calls(
     context: str,
     events: Sequence[str],
     rounds: int,
+    idle_gaps: Sequence[float] = _IDLE_GAPS,
 ) -> _CallSamples:
     """Live-shaped calls (one event) and planner-shaped ones (sixteen), awaited on this loop."""
     loop = asyncio.get_running_loop()
-    out = _CallSamples([], [], [])
+    out = _CallSamples([], [], [], [])
     async with backend:
         await backend.prepare(schema)
         batch = [events[i % len(events)] + f" #{i}" for i in range(_BATCH)]
@@ -140,13 +142,14 @@ async def _measure_calls(
                 continue  # each shape's first call warms it up
             call, gaps = _split(wall, log.passes)
             out.pass_gaps.extend(gaps)
+            out.passes.extend(log.passes)
             if len(rows) == 1:
                 out.call.append(call)
         # The same call (the same passes) after each idle time, in a shuffled order per round
         # so a drift of the machine spreads over every idle time alike.
         order = random.Random(1)
-        for _ in range(max(rounds, 2)):
-            gaps_ = list(_IDLE_GAPS)
+        for _ in range(max(rounds, 4)):  # each idle time gets a distribution of its own
+            gaps_ = list(idle_gaps)
             order.shuffle(gaps_)
             for gap in gaps_:
                 await backend.generate(
@@ -161,21 +164,67 @@ async def _measure_calls(
     return out
 
 
-def _idle(samples: Sequence[tuple[float, float]]) -> tuple[float, Cost]:
-    """The shortest idle time that costs, and what a call pays on top after it.
+def _idle(
+    samples: Sequence[tuple[float, float]], gaps: Sequence[float] = _IDLE_GAPS
+) -> tuple[float, Cost, tuple[tuple[float, Cost], ...]]:
+    """The shortest idle time that costs, what a call pays on top after it, and after longer.
 
     A call after ``gap`` seconds idle pays its wall time minus the median back-to-back one.
     The threshold is the longest idle time that still cost nothing measurable (5 % of the call,
     or 2 ms) below the first from which every longer one did; none: idle time is free here.
+    Each idle time from there on keeps its own distribution (the first is the profile's
+    ``idle_cost``, the longer ones its ``longer_idle``).
     """
-    walls = {g: [w for gap, w in samples if gap == g] for g in _IDLE_GAPS}
+    walls = {g: [w for gap, w in samples if gap == g] for g in gaps}
     base = statistics.median(walls[0.0])
     noise = max(0.002, 0.05 * base)
-    for k in range(1, len(_IDLE_GAPS)):
-        later = _IDLE_GAPS[k:]
+    for k in range(1, len(gaps)):
+        later = gaps[k:]
         if all(statistics.median(walls[g]) - base > noise for g in later):
-            return _IDLE_GAPS[k - 1], Cost.measured(w - base for g in later for w in walls[g])
-    return math.inf, Cost()
+            costs = [(g, Cost.measured(w - base for w in walls[g])) for g in later]
+            return gaps[k - 1], costs[0][1], tuple(costs[1:])
+    return math.inf, Cost(), ()
+
+
+def _path_line(
+    passes: Sequence[_Timed], kind: PassKind, fallback: tuple[float, float]
+) -> tuple[float, float, list[float]]:
+    """``y = a + b * x`` for the real path's passes of ``kind``, and each pass's ratio to it.
+
+    x is what the latency law counts: a prefill's tokens, a decode pass's tokens beyond the
+    first. The line runs through the medians of the one-row passes (a live call's) and of
+    the many-row ones (a planner batch's): a median per group, not a fit over every pair, as
+    one-row passes differ by a few tokens and pairs of them would give slopes of pure noise.
+    With one group only, ``fallback`` (the tight-loop law) is scaled to meet its median.
+    """
+
+    def x_of(shape: Pass) -> int:
+        return shape.tokens if kind is PassKind.PREFILL else shape.tokens - 1
+
+    groups = [
+        [
+            (x_of(p.shape), p.end - p.start)
+            for p in passes
+            if p.shape.kind is kind and one == (p.shape.rows == 1)
+        ]
+        for one in (True, False)
+    ]
+    medians = [
+        (statistics.median(x for x, _ in g), statistics.median(y for _, y in g))
+        for g in groups
+        if g
+    ]
+    a, b = fallback
+    if len(medians) == 2 and medians[1][0] > medians[0][0]:
+        (x1, y1), (x2, y2) = medians
+        b = max((y2 - y1) / (x2 - x1), 0.0)
+        a = max(y1 - b * x1, 1e-6)
+    elif medians:
+        x, y = medians[0]
+        scale = y / max(a + b * x, 1e-9)
+        a, b = a * scale, b * scale
+    ratios = [y / max(a + b * x, 1e-9) for g in groups for x, y in g]
+    return a, b, ratios
 
 
 def _law(
@@ -295,6 +344,11 @@ def measure_profile(
     spec = scenario.spec
     space = spec.event_space()
     texts = [k.describe() for e in scenario.events()[:8] if (k := space.key(e.type, e.params))]
+    # Idle times up to the scenario's own: its typical gap between events, where that is
+    # longer than the longest fixed one (a replay's live calls come after about that long).
+    at = [e.at_ms / 1e3 for e in scenario.events()]
+    typical = statistics.median(b - a for a, b in itertools.pairwise(at)) if len(at) > 2 else 0.0
+    gaps = (*_IDLE_GAPS, round(typical, 1)) if typical > _IDLE_GAPS[-1] + 0.05 else _IDLE_GAPS
     samples = asyncio.run(
         _measure_calls(
             backend.sharing(clock=log),
@@ -303,12 +357,33 @@ def measure_profile(
             context,
             texts or ["event"],
             rounds,
+            gaps,
         )
+    )
+    # The forward passes are charged as they ran on the real path (through the worker, with
+    # the grammar's work between them, calls apart), not as in the tight loop above: on the
+    # same machine and shapes those ran 1.3-1.5x faster, so a replay charged by them fitted
+    # live calls in budgets that the real clock's live calls did not fit.
+    pa, pb, p_ratios = _path_line(
+        samples.passes, PassKind.PREFILL, (law.prefill_base_s, law.prefill_per_token_s)
+    )
+    sa, sb, s_ratios = _path_line(
+        samples.passes, PassKind.STEP, (law.step_base_s, law.step_per_row_s)
+    )
+    ratios = sorted(p_ratios + s_ratios)
+    spread = ratios[min(len(ratios) - 1, int(0.95 * len(ratios)))] if ratios else law.spread95
+    profile = replace(
+        profile,
+        prefill_base_s=pa,
+        prefill_per_token_s=pb,
+        step_base_s=sa,
+        step_per_row_s=sb,
+        spread95=max(1.05, min(spread, 1.5)),
     )
     one = [g for rows, g in samples.pass_gaps if rows == 1]
     base = statistics.median(one) if one else 0.0
     per_row = [(g - base) / (rows - 1) for rows, g in samples.pass_gaps if rows > 1]
-    idle_after, idle_cost = _idle(samples.idle)
+    idle_after, idle_cost, longer_idle = _idle(samples.idle, gaps)
     return replace(
         profile,
         call_cost=Cost.measured(samples.call),
@@ -317,4 +392,5 @@ def measure_profile(
         select_cost=_selection(scenario, rounds),
         idle_cost=idle_cost,
         idle_after_s=idle_after,
+        longer_idle=longer_idle,
     )

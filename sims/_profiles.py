@@ -98,6 +98,7 @@ def profile_figures(profile: LatencyProfile) -> dict[str, float]:
         "row": profile.row_cost,
         "select": profile.select_cost,
         "idle": profile.idle_cost,
+        **{f"idle_{after * 1e3:.0f}ms": cost for after, cost in profile.longer_idle},
     }
     # Only a finite threshold is a figure (none: idle time costs nothing on this profile).
     after = {} if math.isinf(profile.idle_after_s) else {"idle_after_ms": profile.idle_after_s}

@@ -21,7 +21,7 @@ from forethought.sims import load_scenario, measure_profile, metrics
 from forethought.sims._agreement import compare_clocks
 from forethought.sims._call_log import CallEntry, LoggedClock
 from forethought.sims._charged import ChargedClock
-from forethought.sims._measure import _law, _PassLog
+from forethought.sims._measure import _law, _PassLog, _path_line, _Timed
 from forethought.sims._vloop import VirtualTimeLoop, run_virtual
 
 SCENARIO: dict[str, Any] = {
@@ -205,6 +205,92 @@ def test_the_charged_clock_charges_idle_time_exactly_when_the_model_was_idle() -
     assert plain == pytest.approx([0.03, 0.03, 0.03])
     assert charged == pytest.approx([0.03, 0.03, 0.08])
     assert (none, once, seconds) == (0, 1, pytest.approx(0.05))
+
+
+def test_a_longer_idle_time_is_charged_its_own_cost() -> None:
+    """Idle 0.1, 0.5 and 2 s before a call: free, the first cost, the cost from 1 s on."""
+    shapes = [Pass(PassKind.PREFILL, 10)]
+    profile = LatencyProfile(
+        0.01,
+        0.0,
+        0.02,
+        0.0,
+        spread95=1.0,
+        idle_cost=Cost.fixed(0.01),
+        idle_after_s=0.2,
+        longer_idle=((1.0, Cost.fixed(0.03)),),
+    )
+
+    async def calls() -> list[float]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        clock = ChargedClock(loop, profile)
+        took = []
+        for pause in (0.1, 0.5, 2.0):
+            await asyncio.sleep(pause)
+            took.append(await clock.replay(shapes))
+        return took
+
+    assert run_virtual(calls()) == pytest.approx([0.01, 0.02, 0.04])
+
+
+@pytest.mark.model
+def test_a_call_refused_before_any_pass_pays_no_idle_cost_and_wakes_nothing(
+    tiny_backend: TransformersBackend, tmp_path: Path
+) -> None:
+    """A call the decoder refuses before its first pass (``not_started``) ran no pass: on the
+    wall clock it costs the hop and no cold start, and the next call is as cold as before."""
+    profile = LatencyProfile(
+        0.01, 0.0, 0.02, 0.0, spread95=1.0, idle_cost=Cost.fixed(0.05), idle_after_s=0.2
+    )
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    schema = load_scenario(path).spec.action_schema()
+
+    async def run() -> tuple[list[CallEntry], list[str]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        log = LoggedClock(ChargedClock(loop, profile), loop.time())
+        backend = tiny_backend.sharing(clock=log)
+        statuses = []
+        async with backend:
+            await backend.prepare(schema)
+            log.entries.clear()  # preparing is not a call of the scenario
+            for pause, budget in ((0.5, 0.001), (0.1, math.inf)):
+                await asyncio.sleep(pause)
+                gens = await backend.generate(
+                    "ctx", ["obstacle d=1"], schema, deadline=loop.time() + budget
+                )
+                statuses.append(gens[0].status.value)
+        return log.entries, statuses
+
+    (refused, second), statuses = run_virtual(run())
+    assert statuses == ["not_started", "done"]
+    assert (refused.prefills, refused.steps, refused.idle_charged_s) == (0, 0, 0.0)
+    assert second.idle_charged_s == pytest.approx(0.05)  # 0.6 s since the model last ran
+
+
+def test_the_law_runs_through_the_real_paths_one_row_and_batch_passes() -> None:
+    """Forward passes as calls ran them: the prefill and step lines go through the medians of
+    the one-row passes and of the sixteen-row ones; one group only scales the fallback."""
+
+    def timed(kind: PassKind, tokens: int, rows: int, seconds: float) -> _Timed:
+        return _Timed(Pass(kind, tokens, rows), 10.0, 10.0 + seconds)
+
+    passes = [timed(PassKind.PREFILL, 20 + i % 3, 1, 0.060 + 0.001 * (i % 3)) for i in range(9)]
+    passes += [timed(PassKind.PREFILL, 320, 16, 0.360) for _ in range(3)]
+    a, b, ratios = _path_line(passes, PassKind.PREFILL, (0.02, 0.0005))
+    assert b == pytest.approx((0.360 - 0.061) / (320 - 21))
+    assert a + b * 21 == pytest.approx(0.061)
+    assert len(ratios) == 12
+    assert max(ratios) < 1.05
+    # one-row steps only (forced tokens: x = tokens - 1): the fallback, scaled to their median
+    steps = [timed(PassKind.STEP, 4, 1, 0.060) for _ in range(5)]
+    a, b, _ = _path_line(steps, PassKind.STEP, (0.040, 0.004))
+    assert a + b * 3 == pytest.approx(0.060)
+    assert b / a == pytest.approx(0.004 / 0.040)
+    # no pass of the kind: the fallback as it is
+    assert _path_line([], PassKind.STEP, (0.04, 0.004))[:2] == (0.04, 0.004)
 
 
 @pytest.mark.model
