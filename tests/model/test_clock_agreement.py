@@ -328,7 +328,8 @@ def test_a_model_call_after_idle_time_is_charged_it_and_logged(
     for e in entries:
         assert e.prefills >= 1
         assert e.forward_s > 0.0
-        assert e.took_s == pytest.approx(e.forward_s + e.idle_charged_s)  # no other costs
+        # no other costs; the idle cost is inside the first pass, where a real one is measured
+        assert e.took_s == pytest.approx(e.forward_s)
 
 
 @pytest.mark.model
