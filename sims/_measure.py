@@ -4,10 +4,13 @@
 this machine. Three groups of figures, each from warm work only (the first round of every
 shape is run and dropped: a first pass pays one-off set-up a replay never pays again):
 
-* **forward passes** -- prefills of a short and a long prompt, and decode passes of one row and
-  of sixteen rows (the planner's batches), fitted by the same robust law the runtime's latency
-  model fits (Theil-Sen over tokens fed per pass); with a scenario, after its own prompt
-  prefix (cached, as a replay's calls run: every pass attends over it);
+* **forward passes** -- with a scenario, the passes of its calls made through the real path
+  (below), one line per kind through the medians of the one-row and the sixteen-row passes;
+  first, and without a scenario the whole law, a tight loop of prefills of a short and a long
+  prompt and decode passes of one and sixteen rows (the planner's batches) after its prompt
+  prefix, fitted by the runtime's own law (Theil-Sen over tokens fed per pass), which also
+  refuses a busy machine. On a 2-core CPU the tight loop ran 1.3-1.5x faster than the same
+  shapes through the real path, so only a scenario-less profile is charged by it;
 * **a call's own costs** -- live-shaped calls (the scenario's schema and prompts, cached prefix,
   grammar, jump-forward) made through the real path, awaited on an event loop: the call's wall
   time minus its forward passes is the hop to the worker thread and back, tokenizing, the
@@ -18,7 +21,8 @@ shape is run and dropped: a first pass pays one-off set-up a replay never pays a
 * **idle time** -- the same live-shaped call made right after the previous one and after the
   model sat idle for a while, interleaved: what a call pays on top after idle time
   (:attr:`LatencyProfile.idle_cost`), from the shortest idle time that costs measurably
-  (:attr:`LatencyProfile.idle_after_s`);
+  (:attr:`LatencyProfile.idle_after_s`), and after each longer one up to the scenario's own
+  gap between events (:attr:`LatencyProfile.longer_idle`);
 * **tree selection** -- the executor deciding events from a filled tree, from the moment the
   event is handed over to the decision (:attr:`LatencyProfile.select_cost`).
 
@@ -361,7 +365,7 @@ def measure_profile(
         )
     )
     # The forward passes are charged as they ran on the real path (through the worker, with
-    # the grammar's work between them, calls apart), not as in the tight loop above: on the
+    # the grammar's work between them), not as in the tight loop above: on the
     # same machine and shapes those ran 1.3-1.5x faster, so a replay charged by them fitted
     # live calls in budgets that the real clock's live calls did not fit.
     pa, pb, p_ratios = _path_line(
