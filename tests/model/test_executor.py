@@ -206,6 +206,31 @@ def test_exactly_one_decision_per_event_id() -> None:
     assert ex.stats.decisions == 1
 
 
+async def _live_only_stream(
+    backend: Any, schema: ActionSchema, n: int, *, every_s: float, budget_s: float
+) -> list[Decision]:
+    """``n`` obstacle events, one every ``every_s``, decided by the live tier alone (probes on
+    after 0.5 s without a measurement); the executor closed after."""
+    loop = asyncio.get_running_loop()
+    ex = Executor(
+        space=EventSpace.from_specs(SPACE),
+        schema=schema,
+        tree=PolicyTree(),
+        default_action={"a": "stop"},
+        description="test robot",
+        backend=backend,
+        config=ExecutorConfig(use_tree=False, use_score=False, probe_after_s=0.5),
+    )
+    decisions = []
+    for i in range(n):
+        await asyncio.sleep(every_s)
+        now = loop.time()
+        event = Event(str(i), "obstacle", {"d": 1.0}, arrived_at=now, deadline=now + budget_s)
+        decisions.append(await ex.decide(event, STATE))
+    await ex.aclose()
+    return decisions
+
+
 @pytest.mark.model
 def test_a_live_tier_shut_out_in_a_slow_moment_is_measured_again(
     tiny_backend: TransformersBackend,
@@ -230,23 +255,9 @@ def test_a_live_tier_shut_out_in_a_slow_moment_is_measured_again(
                 lat.observe_prefill(tokens, 1.0 + tokens * 0.02)
             for _ in range(2):
                 lat.observe_step(1, 1.0)
-            ex = Executor(
-                space=EventSpace.from_specs(SPACE),
-                schema=ActionSchema.from_json_schema(ACTION),
-                tree=PolicyTree(),
-                default_action={"a": "stop"},
-                description="test robot",
-                backend=backend,
-                config=ExecutorConfig(use_tree=False, use_score=False, probe_after_s=0.5),
+            return await _live_only_stream(
+                backend, ActionSchema.from_json_schema(ACTION), 240, every_s=0.25, budget_s=0.2
             )
-            decisions = []
-            for i in range(240):
-                await asyncio.sleep(0.25)
-                now = loop.time()
-                event = Event(str(i), "obstacle", {"d": 1.0}, arrived_at=now, deadline=now + 0.2)
-                decisions.append(await ex.decide(event, STATE))
-            await ex.aclose()
-        return decisions
 
     decisions = run_virtual(main())
 
@@ -283,22 +294,7 @@ def test_a_state_prompt_too_long_to_prefill_in_any_budget_is_prefilled_in_the_ba
             prompt, _ = backend.prompts.encode(
                 Prompt(state_context("test robot", STATE.to_json()), "-"), schema
             )
-            ex = Executor(
-                space=EventSpace.from_specs(SPACE),
-                schema=schema,
-                tree=PolicyTree(),
-                default_action={"a": "stop"},
-                description="test robot",
-                backend=backend,
-                config=ExecutorConfig(use_tree=False, use_score=False, probe_after_s=0.5),
-            )
-            decisions = []
-            for i in range(40):
-                await asyncio.sleep(0.5)
-                now = loop.time()
-                event = Event(str(i), "obstacle", {"d": 1.0}, arrived_at=now, deadline=now + 0.3)
-                decisions.append(await ex.decide(event, STATE))
-            await ex.aclose()
+            decisions = await _live_only_stream(backend, schema, 40, every_s=0.5, budget_s=0.3)
         return decisions, len(prompt)
 
     decisions, prompt_tokens = run_virtual(main())
