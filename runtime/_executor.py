@@ -456,8 +456,8 @@ class Executor:
         """
         if asyncio.get_running_loop().time() + predicted_s > end:
             skipped.append((tier, f"p95 {predicted_s * 1e3:.1f} ms does not fit"))
-            if probe is not None and self._stale():
-                self._start_probe(probe)
+            if probe is not None:
+                self._probe_if_stale(probe)
             return None
         try:
             async with asyncio.timeout_at(end), self._gate.urgent():
@@ -481,9 +481,12 @@ class Executor:
             return False
         return now - since >= self._config.probe_after_s
 
-    def _start_probe(self, probe: Callable[[], Awaitable[object]]) -> None:
-        """Measure the model again in the background (one probe at a time)."""
-        if self._probe is not None and not self._probe.done():
+    def _probe_if_stale(self, probe: Callable[[], Awaitable[object]]) -> None:
+        """Measure the model again in the background when its measurements are stale.
+
+        One probe at a time.
+        """
+        if not self._stale() or (self._probe is not None and not self._probe.done()):
             return
 
         async def run() -> None:
@@ -569,12 +572,12 @@ class Executor:
             return None
         gen = gens[0]
         if gen.action is None:
-            if gen.status is GenerationStatus.NOT_STARTED and self._stale():
+            if gen.status is GenerationStatus.NOT_STARTED:
                 # The model refused before any pass: most often the state's prompt is not
                 # cached and its prefill alone is longer than any event's budget. Nothing
                 # on the event path would ever prefill it, so the tier would stay off for
                 # good; the probe prefills it (and measures) in the background.
-                self._start_probe(probe)
+                self._probe_if_stale(probe)
             skipped.append(("live", gen.status.value))
             return None
         return self._validated(gen.action, skipped, "live")
