@@ -43,9 +43,9 @@ def _scenario(s: dict[str, Any]) -> list[str]:
             f"a call after more than {p['idle_after_ms']:.0f} ms idle pays "
             f"{p['idle_p50_ms']:.1f}/{p['idle_p95_ms']:.1f} ms on top"
             + "".join(
-                f", after {int(k[5:-9])} ms {p[k]:.1f}/{p[k[:-7] + '_p95_ms']:.1f} ms"
+                f", after {m[1]} ms {p[k]:.1f}/{p[f'idle_{m[1]}ms_p95_ms']:.1f} ms"
                 for k in p
-                if k.startswith("idle_") and k.endswith("ms_p50_ms") and k[5:-9].isdigit()
+                if (m := re.fullmatch(r"idle_(\d+)ms_p50_ms", k))
             )
             + "."
             if "idle_after_ms" in p

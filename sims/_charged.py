@@ -119,11 +119,14 @@ class ChargedClock:
         its last call ended (no draw either: a profile without an idle cost charges as before);
         after a longer idle time, the cost the profile gives for it (``longer_idle``).
         """
-        seconds = self._idle_draw()
-        if seconds > 0:
-            self.idle_s += seconds
+        return self._counted(self._idle_draw())
+
+    def _counted(self, idle: float) -> float:
+        """``idle`` seconds of idle cost, added to the counters when there are any."""
+        if idle > 0:
+            self.idle_s += idle
             self.idle_calls += 1
-        return seconds
+        return idle
 
     def _idle_draw(self) -> float:
         p = self._profile
@@ -151,10 +154,7 @@ class ChargedClock:
         out = work()
         if self._log is not None:
             self._log.append(shape)
-        cold, self._cold_s, self._ran = self._cold_s, 0.0, True
-        if cold > 0:
-            self.idle_s += cold
-            self.idle_calls += 1
+        cold, self._cold_s, self._ran = self._counted(self._cold_s), 0.0, True
         seconds = self.charge(shape)
         extra = self.overhead(shape) + cold
         self.charged_s += seconds + extra

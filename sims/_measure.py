@@ -190,6 +190,14 @@ def _idle(
     return math.inf, Cost(), ()
 
 
+def _held_spread(spread: float) -> float:
+    """The spread a measured profile charges: its passes' p95 / p50, held to [1.05, 1.5].
+
+    One bound for the tight-loop law and for the real path's.
+    """
+    return max(1.05, min(spread, 1.5))
+
+
 def _path_line(
     passes: Sequence[_Timed], kind: PassKind, fallback: tuple[float, float]
 ) -> tuple[float, float, list[float]]:
@@ -342,7 +350,7 @@ def measure_profile(
             f"re-run when it is quiet, or choose a fixed profile{others}",
         )
     law = fit.profile()
-    profile = replace(law, spread95=max(1.05, min(law.spread95, 1.5)))
+    profile = replace(law, spread95=_held_spread(law.spread95))
     if scenario is None:
         return profile
     spec = scenario.spec
@@ -382,7 +390,7 @@ def measure_profile(
         prefill_per_token_s=pb,
         step_base_s=sa,
         step_per_row_s=sb,
-        spread95=max(1.05, min(spread, 1.5)),
+        spread95=_held_spread(spread),
     )
     one = [g for rows, g in samples.pass_gaps if rows == 1]
     base = statistics.median(one) if one else 0.0
