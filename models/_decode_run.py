@@ -15,10 +15,11 @@ from ._backend import GenerationStatus
 if TYPE_CHECKING:
     from .grammar._protocol import GrammarMatcher
 
-__all__ = ["DecodeResult", "RowResult", "Run", "ScoreResult", "split_candidates"]
+__all__ = ["DecodeResult", "RowResult", "Run", "ScoreResult", "common_prefix", "split_candidates"]
 
 
-def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every sequence of ``seqs`` shares."""
     n = min(len(s) for s in seqs)
     for i in range(n):
         if any(s[i] != seqs[0][i] for s in seqs):
@@ -33,7 +34,7 @@ def split_candidates(candidates: Sequence[Sequence[int]]) -> tuple[list[int], li
     for all, so leaving it out changes no ranking (every backend scores this same quantity).
     When one candidate is a prefix of another, each keeps one token of its tail.
     """
-    lcp = _common_prefix(candidates)
+    lcp = common_prefix(candidates)
     tails = [list(c[lcp:]) for c in candidates]
     if any(not t for t in tails):
         lcp = max(lcp - 1, 0)

@@ -49,12 +49,13 @@ from forethought.policies import (
 
 from .._backend import CancelSignal, Generation, GenerationStatus, Scores
 from .._clock import Clock, LoopClock, MonotonicClock
-from .._decode_run import split_candidates
+from .._decode_run import common_prefix, split_candidates
 from .._latency import LatencyModel, Prediction
 from .._model_source import DEFAULT_MODEL, resolve_model
 from .._prompt import Prompt, PromptEncoder
 from ..grammar._bounds import OutputBounds, max_output_chars
-from ..grammar._gbnf import action_gbnf, token_gbnf
+from ..grammar._gbnf import Opening, action_gbnf, action_opening, token_gbnf
+from ._action_end import ActionEnd
 from ._call_prediction import SentPrefixes, live_call
 from ._server_api import Chunk, ServerAPI, make_api
 from ._trie_score import read_trie, trie_depth, trie_gbnf
@@ -75,6 +76,24 @@ times the largest drift measured between a cold and a cached prompt (0.145 and 0
 prompts, :mod:`._trie_score`). A wider margin costs only an exact request for a close loser."""
 _MARGIN_S = 0.002
 """Return this long before a deadline, so the caller still has time to use the answer."""
+_PRINTABLE = [chr(c) for c in range(0x20, 0x7F)]
+"""Characters that may follow an action's opening: its last token is forced only if none of
+them would merge with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionGrammar:
+    """What a server decodes an action under: the opening sent as prompt, then a grammar.
+
+    llama-server decodes every token a grammar forces as one step of its own; the opening every
+    action starts with (``{"a":"``, :func:`.action_opening`) is known before the call, so its
+    tokens go with the prompt, prefilled in the same pass, and the grammar admits the rest.
+    """
+
+    forced: tuple[int, ...]
+    """The opening's tokens, as the model would write them, sent after the prompt."""
+    gbnf: str
+    """The grammar of what follows :attr:`forced`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +188,8 @@ class ServerStats:
     """Candidates a trie score had to score again exactly (their bound reached the best)."""
     shared_prefills: int = 0
     """Batches whose shared prefix was prefilled once for all their rows."""
+    read_to_close: int = 0
+    """Actions read until their closing brace, one decode step before the server's end."""
     errors: dict[str, int] = field(default_factory=dict)
     healthy: bool = False
     last_error: str | None = None
@@ -186,7 +207,9 @@ class _Stream:
     tops: list[dict[int, float]] = field(default_factory=list)
     finish: str | None = None
     processed: int | None = None
+    prefill_observed: bool = False
     started_at: float = 0.0
+    last_chunk_at: float = 0.0
     first_token_at: float | None = None
     finished_at: float = 0.0
 
@@ -254,7 +277,7 @@ class ServerBackend:
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._prompts: PromptEncoder | None = None
-        self._grammars: dict[str, str] = {}
+        self._grammars: dict[str, ActionGrammar] = {}
         self._poller: asyncio.Task[None] | None = None
         self._in_flight = 0
         self._n_ctx: int | None = None
@@ -390,13 +413,40 @@ class ServerBackend:
 
     # -- calls --------------------------------------------------------------------------------
 
-    def grammar(self, schema: ActionSchema) -> str:
-        """The compact GBNF of ``schema`` (cached)."""
-        text = self._grammars.get(schema.fingerprint)
-        if text is None:
-            text = action_gbnf(schema.json_schema(ActionForm.COMPACT), self._bounds)
-            self._grammars[schema.fingerprint] = text
-        return text
+    def grammar(self, schema: ActionSchema) -> ActionGrammar:
+        """The opening and the compact GBNF of ``schema``'s actions (cached)."""
+        found = self._grammars.get(schema.fingerprint)
+        if found is None:
+            compact = schema.json_schema(ActionForm.COMPACT)
+            # Only llama-server takes token ids after the prompt and a grammar together.
+            opening = action_opening(compact) if self._target.family == "llama-server" else None
+            forced = self._forced(opening) if opening is not None else []
+            skip = len(self.prompts.decode(forced))
+            found = ActionGrammar(tuple(forced), action_gbnf(compact, self._bounds, skip=skip))
+            self._grammars[schema.fingerprint] = found
+        return found
+
+    def _forced(self, opening: Opening) -> list[int]:
+        """The opening's tokens that every action shares, as the model would write them.
+
+        Each way on (an enum's values; else every printable character) is tokenized after the
+        opening; the tokens all of them share, up to the opening's end, are forced. A last
+        token that merges with what follows (``":"`` + ``"``, say) is left to the grammar, so
+        the model never sees a split it would not write itself.
+        """
+        if not opening.text:
+            return []
+        # An enum's values are every way on; anything else (a string's first character, what
+        # follows a value that may end here) may be any character.
+        ways = list(opening.ways_on)
+        if not ways or "" in ways:
+            ways += _PRINTABLE
+        texts = [opening.text + w for w in ways]
+        spelled = [self.prompts.encode_action(t) for t in texts]
+        forced = spelled[0][: common_prefix(spelled)]
+        while forced and not opening.text.startswith(self.prompts.decode(forced)):
+            forced.pop()
+        return forced
 
     async def prepare(self, schema: ActionSchema) -> None:
         """Write the grammar and time one action, so the first fit check knows the server.
@@ -447,7 +497,7 @@ class ServerBackend:
         p95 with its steps' spread added as a sum's (:mod:`._call_prediction`).
         """
         prefix, own = self.prompts.encode(Prompt(context, event), schema)
-        uncached = self._prefixes.uncached(prefix, own)
+        uncached = self._prefixes.uncached(prefix, [*own, *self.grammar(schema).forced])
         return self._latency.live(uncached, self._latency.typical_steps())
 
     async def generate(
@@ -463,8 +513,9 @@ class ServerBackend:
         """One action per event: one streamed request each, sent together."""
         if not events:
             return []
+        grammar = self.grammar(schema)
         encoded = [self.prompts.encode(Prompt(context, e), schema) for e in events]
-        prompts = [prefix + own for prefix, own in encoded]
+        prompts = [[*prefix, *own, *grammar.forced] for prefix, own in encoded]
         longest = max(len(p) for p in prompts)
         # Never more tokens than the bounded grammar can spell (each is >= 1 character).
         chars = max_output_chars(schema.json_schema(ActionForm.COMPACT), self._bounds)
@@ -474,34 +525,37 @@ class ServerBackend:
         # As in-process, a call starts when its first pass fits (here: the first token, round
         # trip and queue included) and is cut at the deadline; whether a whole action fits is
         # the caller's question (the executor asks it of the latency model before calling).
-        predicted = self._latency.prefill(sum(len(o) for _, o in encoded))
+        forced = len(grammar.forced)
+        predicted = self._latency.prefill(sum(len(o) + forced for _, o in encoded))
         if started + predicted.p95 > deadline:
             self.stats.not_started += len(events)
-            return [self._not_started(len(p), started) for p in prompts]
-        grammar = self.grammar(schema)
+            return [self._not_started(len(p) - forced, started) for p in prompts]
         background = math.isinf(deadline)
         self._prefixes.sent(encoded[0][0])
         if self._shared_prefill and len(prompts) > 1:
             cut = await self._share_prefix(encoded[0][0], deadline, cancel)
             if cut is not None:
                 return [self._unsent(len(p), self._now(), cut) for p in prompts]
-        streams = await self._run_all(
-            [
-                self._api.completion(
-                    p,
-                    grammar=grammar,
-                    max_tokens=max_new_tokens,
-                    logprobs=False,
-                    background=background,
-                    model=self._target.model,
-                )
-                for p in prompts
-            ],
-            deadline,
-            cancel,
-        )
+        bodies = [
+            self._api.completion(
+                p,
+                grammar=grammar.gbnf,
+                max_tokens=max_new_tokens,
+                logprobs=False,
+                background=background,
+                model=self._target.model,
+            )
+            for p in prompts
+        ]
+        ends = None
+        if self._target.family == "llama-server":
+            opening = self.prompts.decode(list(grammar.forced))
+            ends = [ActionEnd() for _ in prompts]
+            for end in ends:
+                end.feed(opening)
+        streams = await self._run_all(bodies, deadline, cancel, ends)
         return [
-            self._to_generation(schema, s, status, len(p), len(encoded[0][0]))
+            self._to_generation(schema, grammar, s, status, len(p) - forced, len(encoded[0][0]))
             for p, (s, status) in zip(prompts, streams, strict=True)
         ]
 
@@ -697,9 +751,16 @@ class ServerBackend:
     # -- the wire -----------------------------------------------------------------------------
 
     async def _run_all(
-        self, bodies: list[dict[str, Any]], deadline: float, cancel: CancelSignal | None
+        self,
+        bodies: list[dict[str, Any]],
+        deadline: float,
+        cancel: CancelSignal | None,
+        ends: Sequence[ActionEnd] | None = None,
     ) -> list[tuple[_Stream, GenerationStatus]]:
-        """Send every body at once; close them all at the deadline or on cancel."""
+        """Send every body at once; close them all at the deadline or on cancel.
+
+        ``ends``: one reader per body, which stops reading its stream once the action closed.
+        """
         loop = asyncio.get_running_loop()
         streams = [_Stream() for _ in bodies]
         stop = asyncio.Event()
@@ -711,9 +772,10 @@ class ServerBackend:
             cancel.on_cancel(wake)
         rows = len(bodies)
         self._in_flight += rows
+        readers: Sequence[ActionEnd | None] = ends if ends is not None else [None] * rows
         tasks = [
-            asyncio.create_task(self._stream(b, s, rows), name="forethought.server.request")
-            for b, s in zip(bodies, streams, strict=True)
+            asyncio.create_task(self._stream(b, s, rows, end), name="forethought.server.request")
+            for b, s, end in zip(bodies, streams, readers, strict=True)
         ]
         stopper: asyncio.Task[Any] = asyncio.create_task(stop.wait())
         # The loop's clock and this backend's are the same clock unless one was injected.
@@ -750,14 +812,19 @@ class ServerBackend:
             out.append((s, GenerationStatus.DONE if finished else cut))
         return out
 
-    async def _stream(self, body: dict[str, Any], s: _Stream, rows: int) -> None:
-        """One streamed request, read into ``s`` as it comes; errors typed."""
+    async def _stream(
+        self, body: dict[str, Any], s: _Stream, rows: int, end: ActionEnd | None = None
+    ) -> None:
+        """One streamed request, read into ``s`` as it comes; errors typed.
+
+        With ``end``, reading stops once the action's top-level object closed: the chunk the
+        server would send one decode step later could only end it.
+        """
         import httpx  # noqa: PLC0415 - see __aenter__ (already loaded: a dict lookup)
 
         endpoint = f"{self._target.base_url}{self._api.completion_path}"
         self.stats.requests += 1
-        s.started_at = self._now()
-        last = s.started_at
+        s.started_at = s.last_chunk_at = self._now()
         try:
             headers = {"Content-Type": "application/json"}
             if self._api.closes_streams:
@@ -780,11 +847,7 @@ class ServerBackend:
                         raise ServerReplyError(endpoint, f"not JSON: {payload[:120]!r}") from None
                     if not isinstance(data, dict):
                         raise ServerReplyError(endpoint, f"not a JSON object: {payload[:120]!r}")
-                    chunk = self._api.read(data)
-                    now = self._now()
-                    self._observe(s, chunk, now, last, rows)
-                    last = now
-                    if chunk.done:
+                    if self._observe(s, self._api.read(data), rows, end):
                         break
         except httpx.TimeoutException as exc:
             raise self._count(ServerUnavailable(endpoint, f"timed out: {exc!r}")) from None
@@ -797,7 +860,10 @@ class ServerBackend:
         s.finished_at = self._now()
         self.stats.healthy = True
 
-    def _observe(self, s: _Stream, chunk: Chunk, now: float, last: float, rows: int) -> None:
+    def _observe(self, s: _Stream, chunk: Chunk, rows: int, end: ActionEnd | None) -> bool:
+        """Read one chunk into ``s`` and the latency law; True when the answer is complete."""
+        now, last = self._now(), s.last_chunk_at
+        s.last_chunk_at = now
         if chunk.error is not None:
             raise ServerReplyError(self._target.base_url, f"server error: {chunk.error[:200]}")
         if chunk.tokens or chunk.text:
@@ -811,14 +877,24 @@ class ServerBackend:
         s.text += chunk.text
         s.logprobs.extend(chunk.logprobs)
         s.tops.extend(chunk.tops)
+        if s.processed is None:
+            s.processed = chunk.prompt_tokens_processed
         if chunk.done:
             s.finish = chunk.finish
-            s.processed = chunk.prompt_tokens_processed
+        if s.first_token_at is not None and s.processed is not None and not s.prefill_observed:
+            s.prefill_observed = True
             # A request that had to wait for a slot measured the queue, not the prefill: the
             # queue term comes from the server's slots instead.
             waited = self.stats.slots is not None and rows > self.stats.slots
-            if s.first_token_at is not None and s.processed is not None and not waited:
+            if not waited:
                 self._model.observe_prefill(s.processed, s.first_token_at - s.started_at)
+        if chunk.done:
+            return True
+        if end is not None and end.feed(chunk.text):
+            s.finish = "eos"  # the grammar admits nothing more
+            self.stats.read_to_close += 1
+            return True
+        return False
 
     def _http_error(self, endpoint: str, status: int, raw: bytes) -> ServerError:
         try:
@@ -863,13 +939,15 @@ class ServerBackend:
     def _to_generation(
         self,
         schema: ActionSchema,
+        grammar: ActionGrammar,
         s: _Stream,
         status: GenerationStatus,
         prompt_tokens: int,
         prefix_tokens: int,
     ) -> Generation:
         # llama-server returns token ids (decoded as in-process); OpenAI-style servers text.
-        text = self.prompts.decode(s.tokens) if s.tokens else s.text
+        forced = list(grammar.forced)
+        text = self.prompts.decode([*forced, *s.tokens]) if s.tokens or forced else s.text
         action = None
         if status is GenerationStatus.DONE:
             if s.finish == "limit":
@@ -877,7 +955,7 @@ class ServerBackend:
             else:
                 try:
                     action = schema.parse(text, ActionForm.COMPACT)
-                    self._model.observe_action(len(s.tokens))
+                    self._model.observe_action(len(s.tokens))  # the steps it decoded
                 except InvalidAction:
                     status = GenerationStatus.INVALID
         return Generation(
@@ -885,9 +963,11 @@ class ServerBackend:
             action=action,
             text=text,
             prompt_tokens=prompt_tokens,
-            prefill_tokens=prompt_tokens - prefix_tokens if s.processed is None else s.processed,
-            output_tokens=len(s.tokens),
-            forced_tokens=0,
+            prefill_tokens=(
+                prompt_tokens + len(forced) - prefix_tokens if s.processed is None else s.processed
+            ),
+            output_tokens=len(forced) + len(s.tokens),
+            forced_tokens=len(forced),
             started_at=s.started_at,
             first_token_at=s.first_token_at,
             finished_at=s.finished_at or self._now(),
@@ -905,6 +985,7 @@ class ServerBackend:
             "cut": st.cut,
             "trie_rescored": st.trie_rescored,
             "shared_prefills": st.shared_prefills,
+            "read_to_close": st.read_to_close,
             "errors": dict(st.errors),
             "last_error": st.last_error,
             "busy_slots": st.busy_slots,

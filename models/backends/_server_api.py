@@ -109,6 +109,10 @@ class LlamaServerAPI:
             "stream": True,
             "cache_prompt": True,
             "return_tokens": True,
+            # The prompt's timings with the first token, not only with the last: a call read
+            # until its action closed (:mod:`._action_end`) never sees the last chunk, and
+            # the prefill law learns from what the server computed.
+            "timings_per_token": True,
             # Greedy, as in-process: argmax over the grammar-masked logits, nothing else. A
             # negative temperature also makes n_probs the plain softmax of the raw logits,
             # which is what a candidate's score is.
@@ -139,12 +143,12 @@ class LlamaServerAPI:
         chunk = Chunk(
             tokens=tokens, text=str(data.get("content", "")), logprobs=logprobs, tops=tops
         )
+        timings = data.get("timings")
+        if isinstance(timings, Mapping) and "prompt_n" in timings:
+            chunk.prompt_tokens_processed = int(timings["prompt_n"])
         if done:
             chunk.done = True
             chunk.finish = str(data.get("stop_type", "eos"))
-            timings = data.get("timings")
-            if isinstance(timings, Mapping) and "prompt_n" in timings:
-                chunk.prompt_tokens_processed = int(timings["prompt_n"])
         return chunk
 
     def busy_slots(self, body: Any) -> tuple[int, int] | None:

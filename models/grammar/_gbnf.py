@@ -25,7 +25,9 @@ come out as other tokens than the ones whose likelihood we want.
 from __future__ import annotations
 
 import math
+import os.path
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -35,7 +37,7 @@ from forethought.policies import SchemaError
 from ._bounds import OutputBounds
 from ._gbnf_numbers import NumberRange, number_gbnf
 
-__all__ = ["action_gbnf", "token_gbnf"]
+__all__ = ["Opening", "action_gbnf", "action_opening", "token_gbnf"]
 
 
 def _literal(text: str) -> str:
@@ -109,10 +111,14 @@ class _Grammar:
     def char(self) -> str:
         return self.rule("char", r'[^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})')
 
-    def string(self, schema: Mapping[str, Any]) -> str:
+    def string_inner(self, schema: Mapping[str, Any]) -> str:
+        """The characters between a string's quotes ("" when it must be empty)."""
         low = int(schema.get("minLength", 0))
         high = int(schema.get("maxLength", low + self.bounds.string_chars))
-        inner = _repeat(self.char(), low, high)
+        return _repeat(self.char(), low, high)
+
+    def string(self, schema: Mapping[str, Any]) -> str:
+        inner = self.string_inner(schema)
         return self.rule("string", f'"\\"" {inner} "\\""' if inner else '"\\"\\""')
 
     def numeric(self, schema: Mapping[str, Any], kind: str) -> str:
@@ -160,11 +166,19 @@ class _Grammar:
         return self.any_value()
 
     def obj(self, schema: Mapping[str, Any], hint: str) -> str:
-        props: Mapping[str, Any] = schema.get("properties", {})
+        if not schema.get("properties"):
+            return self.rule(hint, '"{" "}"')
+        return self.rule(hint, f'"{{" {self.members(schema, hint)} "}}"')
+
+    def members(self, schema: Mapping[str, Any], hint: str, skip: int = 0) -> str:
+        """An object's members, between its braces, less their first ``skip`` characters.
+
+        ``skip`` > 0 only where the first declared property is required: then every object
+        writes it first, and the characters skipped are its key's and its value's opening.
+        """
+        props: Mapping[str, Any] = schema["properties"]
         required = set(schema.get("required", []))
         names = list(props)
-        if not names:
-            return self.rule(hint, '"{" "}"')
         pairs = [
             self.rule(f"{hint}-{k}-kv", f'{_json_literal(k)} ":" {self.value(v, f"{hint}-{k}")}')
             for k, v in props.items()
@@ -176,6 +190,14 @@ class _Grammar:
             step = f'"," {pairs[i]}'
             own = step if names[i] in required else f"({step})?"
             rest[i] = self.rule(f"{hint}-rest", f"{own} {rest[i + 1]}".strip())
+        if skip:
+            key = orjson.dumps(names[0]).decode() + ":"
+            first = props[names[0]]
+            if skip < len(key):
+                parts = [_literal(key[skip:]), self.value(first, f"{hint}-{names[0]}")]
+            else:
+                parts = [self.after(first, skip - len(key), f"{hint}-{names[0]}")]
+            return " ".join([*parts, rest[1]]).strip()
         # The first property written: any optional one before the first required one, or
         # that required one (every property before it skipped).
         firsts = []
@@ -185,7 +207,29 @@ class _Grammar:
                 break
         inner = " | ".join(firsts)
         optional = "?" if not required & set(names) else ""
-        return self.rule(hint, f'"{{" ({inner}){optional} "}}"')
+        return f"({inner}){optional}"
+
+    def after(self, schema: Any, skip: int, hint: str) -> str:
+        """The rule of ``schema``'s values less their first ``skip`` characters.
+
+        ``skip`` is at most the length of the values' :func:`_opening`, the text every value
+        starts with, so the characters left out are the same for all of them.
+        """
+        if skip == 0:
+            return self.value(schema, hint)
+        literals = _literals(schema)
+        if literals is not None:
+            tails = [lit[skip:] for lit in literals]
+            body = " | ".join(_literal(t) for t in dict.fromkeys(tails) if t)
+            return self.rule(f"{hint}-after", f"({body})?" if "" in tails else body)
+        kind = schema.get("type")
+        if kind == "string":
+            return self.rule(f"{hint}-after", f'{self.string_inner(schema)} "\\""'.strip())
+        assert kind == "object", "only literals, strings and objects have an opening"
+        if not schema.get("properties"):
+            return self.rule(f"{hint}-after", '"}"')
+        members = self.members(schema, hint, skip - 1)
+        return self.rule(f"{hint}-after", f'{members} "}}"')
 
     def array(self, schema: Mapping[str, Any], hint: str) -> str:
         prefix = [self.value(s, f"{hint}-{i}") for i, s in enumerate(schema.get("prefixItems", []))]
@@ -227,10 +271,78 @@ class _Grammar:
         return "\n".join(lines) + "\n"
 
 
-def action_gbnf(schema: Mapping[str, Any], bounds: OutputBounds | None = None) -> str:
-    """The GBNF grammar of the compact JSON Schema ``schema``: no whitespace, bounded values."""
+def _literals(schema: Any) -> list[str] | None:
+    """The JSON texts of a ``const`` or ``enum`` schema's values (None: not such a schema)."""
+    if not isinstance(schema, Mapping):
+        return None
+    if "const" in schema:
+        return [orjson.dumps(schema["const"]).decode()]
+    if "enum" in schema:
+        return [orjson.dumps(v).decode() for v in schema["enum"]]
+    return None
+
+
+def _opening(schema: Any) -> tuple[str, list[str]]:
+    """The text every value of ``schema`` starts with, and the known ways on from it.
+
+    An object whose first declared property is required opens with that key and that value's
+    opening; a string with its quote; an enum with its values' common prefix (the ways on are
+    the rest of each value). Anything else opens with nothing, or an object's brace.
+    """
+    literals = _literals(schema)
+    if literals is not None:
+        head = os.path.commonprefix(literals)  # noqa: RUF071 - characters, not paths
+        return head, [lit[len(head) :] for lit in literals]
+    if not isinstance(schema, Mapping):
+        return "", []
+    kind = schema.get("type")
+    if kind == "string":
+        return '"', []
+    if kind != "object":
+        return "", []
+    props: Mapping[str, Any] = schema.get("properties", {})
+    names = list(props)
+    if not names or names[0] not in set(schema.get("required", [])):
+        return "{", []
+    text, ways = _opening(props[names[0]])
+    return "{" + orjson.dumps(names[0]).decode() + ":" + text, ways
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """What every compact action of a schema starts with: a server is sent it as prompt.
+
+    An inference server decodes every token its grammar forces as one step; the opening (e.g.
+    ``{"a":"``) is known before the call, so it goes with the prompt, prefilled in the same
+    pass, and the grammar (:func:`action_gbnf` with ``skip``) starts where it ends.
+    """
+
+    text: str
+    ways_on: tuple[str, ...]
+    """Every continuation right after :attr:`text` when they are known (an enum's values; ""
+    where a value may end there), else empty: for tokenizing the opening as the model would go
+    on, so a last token that merges with what follows is not forced."""
+
+
+def action_opening(schema: Mapping[str, Any]) -> Opening:
+    """The :class:`Opening` of the compact JSON Schema ``schema``."""
+    text, ways = _opening(schema)
+    return Opening(text, tuple(ways))
+
+
+def action_gbnf(
+    schema: Mapping[str, Any], bounds: OutputBounds | None = None, *, skip: int = 0
+) -> str:
+    """The GBNF grammar of the compact JSON Schema ``schema``: no whitespace, bounded values.
+
+    ``skip``: the grammar of what follows the first ``skip`` characters of the schema's
+    :func:`action_opening` (at most its length), which the caller sent with the prompt.
+    """
+    opening = action_opening(schema).text
+    if not 0 <= skip <= len(opening):
+        raise ValueError(f"skip {skip} is outside the opening {opening!r}")
     g = _Grammar(bounds or OutputBounds())
-    return g.render(g.value(schema, "action"))
+    return g.render(g.after(schema, skip, "action"))
 
 
 def token_gbnf(token_ids: Sequence[int]) -> str:

@@ -146,11 +146,13 @@ async def test_a_batch_prefills_its_shared_prefix_once(robot_schema: ActionSchem
             gens = await engine.generate(context, events, robot_schema, deadline=math.inf)
             assert [g.status for g in gens] == [GenerationStatus.DONE] * len(events)
             encoder = engine.server.prompts
+            opening = len(engine.server.grammar(robot_schema).forced)
             for event, g in zip(events, gens, strict=True):
                 prefix, own = encoder.encode(Prompt(context, event), robot_schema)
                 assert g.prompt_tokens == len(prefix) + len(own)
-                # The server's own count of the tokens it computed for this row.
-                assert g.prefill_tokens <= len(own), (g.prefill_tokens, len(prefix), len(own))
+                # The server's own count of the tokens it computed for this row: its own
+                # tokens and the action's opening, sent with them.
+                assert g.prefill_tokens <= len(own) + opening, (g.prefill_tokens, len(own))
         assert engine.server.stats.shared_prefills == 2
         assert engine.server.stats.errors == {}
 

@@ -12,6 +12,7 @@ import math
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -92,6 +93,31 @@ async def test_generate_batch_and_prefix_cache(
         assert again.prefill_tokens < again.prompt_tokens // 2
         assert backend.latency.model.samples[1] > 0  # inter-token gaps were observed
         assert backend.model_id.endswith(server.url)
+
+
+async def test_the_action_opening_goes_with_the_prompt_as_the_model_spells_it(
+    server: LlamaServer, robot_schema: ActionSchema
+) -> None:
+    """The opening every action starts with (``{"a":"``, its key compacted) is sent after the
+    prompt, spelled as the model's tokenizer spells the whole action, and the server decodes
+    only the rest, under the grammar of what follows the opening; each is read until its
+    closing brace, not until the end token the server would sample one step later."""
+    events = ["obstacle at 0.5 m", "path clear", "battery low", "human waving"]
+    async with ServerBackend(url=server.url, poll_s=0) as backend:
+        await backend.prepare(robot_schema)
+        sent = backend.grammar(robot_schema)
+        forced = list(sent.forced)
+        assert backend.prompts.decode(forced) == '{"a":"'
+        assert sent.gbnf.startswith("root ::= action-after")  # the grammar of the rest
+        closed_before = backend.stats.read_to_close
+        opened = await backend.generate(CONTEXT, events, robot_schema, deadline=math.inf)
+        # Each read until its closing brace, without waiting a step for the server's end.
+        assert backend.stats.read_to_close - closed_before == len(events)
+        for g in opened:
+            assert g.ok, g
+            assert g.text.startswith('{"a":"')
+            assert g.forced_tokens == len(forced)
+            assert backend.prompts.encode_action(g.text)[: len(forced)] == forced
 
 
 async def test_scores_agree_with_the_in_process_model(
@@ -231,7 +257,8 @@ async def test_a_grammar_the_server_rejects_is_a_typed_error(
     server: LlamaServer, robot_schema: ActionSchema
 ) -> None:
     async with ServerBackend(url=server.url, poll_s=0) as backend:
-        backend._grammars[robot_schema.fingerprint] = "root ::= ("  # as if our writer erred
+        written = backend.grammar(robot_schema)  # as if our writer erred:
+        backend._grammars[robot_schema.fingerprint] = replace(written, gbnf="root ::= (")
         loop = asyncio.get_running_loop()
         with pytest.raises(ServerRejected, match="grammar") as info:
             await backend.generate(CONTEXT, ["x"], robot_schema, deadline=loop.time() + 30)
@@ -575,12 +602,15 @@ async def test_a_live_prediction_counts_the_state_only_until_it_was_sent(
     server: LlamaServer, robot_schema: ActionSchema
 ) -> None:
     """Before a call in a state, a live call is predicted to prefill the whole prompt; after
-    one, only the event's own tokens, which the server indeed prefilled (its timings say)."""
+    one, only the event's own tokens and the action's opening, which the server indeed
+    prefilled (its timings say)."""
     async with ServerBackend(url=server.url, poll_s=0) as backend:
         await backend.prepare(robot_schema)
         lat = backend.latency
         steps = lat.typical_steps()
-        prefix, own = backend.prompts.encode(Prompt(CONTEXT, "battery low"), robot_schema)
+        prefix, event = backend.prompts.encode(Prompt(CONTEXT, "battery low"), robot_schema)
+        own = [*event, *backend.grammar(robot_schema).forced]
+        assert len(own) > len(event)  # the opening goes with the prompt
         cold = backend.predict_live(CONTEXT, "battery low", robot_schema)
         assert cold == live_call(lat.prefill(len(prefix) + len(own)), lat.step(1), steps)
         loop = asyncio.get_running_loop()

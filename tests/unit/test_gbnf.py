@@ -12,15 +12,19 @@ from __future__ import annotations
 import itertools
 import re
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, ClassVar
 
+import jsonschema
 import llguidance
+import orjson
 import pytest
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from forethought.models.grammar._bounds import OutputBounds
-from forethought.models.grammar._gbnf import action_gbnf
-from forethought.policies import SchemaError
+from forethought.models.grammar._gbnf import action_gbnf, action_opening
+from forethought.policies import ActionForm, SchemaError
+from forethought.sims import load_scenario
 
 _EOS = 256
 
@@ -168,3 +172,96 @@ def test_a_range_with_no_value_is_a_schema_error() -> None:
         action_gbnf({"type": "integer", "minimum": 0.2, "maximum": 0.8})
     with pytest.raises(SchemaError, match="lies in this range"):
         action_gbnf({"type": "number", "minimum": 0.0001, "maximum": 0.0009})
+
+
+def _compact_of(text: str, schema: dict[str, Any]) -> bool:
+    """The oracle: ``text`` is a compact JSON value (no spaces, keys in order) of ``schema``."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    if orjson.dumps(value).decode() != text:
+        return False
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
+_OPENED: list[tuple[dict[str, Any], list[str], str]] = [
+    # (schema, actions it admits, its opening)
+    (
+        {
+            "type": "object",
+            "properties": {
+                "a": {"enum": ["stop", "slow_down"]},
+                "s": {"type": "number", "minimum": 0, "maximum": 1.5},
+            },
+            "required": ["a", "s"],
+        },
+        ['{"a":"stop","s":0}', '{"a":"slow_down","s":1.25}'],
+        '{"a":"s',  # both values start with an s
+    ),
+    (
+        {"type": "object", "properties": {"x": {"enum": [1, 12]}}, "required": ["x"]},
+        ['{"x":1}', '{"x":12}'],
+        '{"x":1',  # one value is a prefix of the other: the rest may be empty
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"n": {"type": "string", "maxLength": 3}, "c": {"const": True}},
+            "required": ["n"],
+        },
+        ['{"n":""}', '{"n":"abc","c":true}'],
+        '{"n":"',
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"o": {"type": "boolean"}, "r": {"enum": ["go"]}},
+            "required": ["r"],
+        },
+        ['{"r":"go"}', '{"o":true,"r":"go"}'],
+        "{",  # an optional first property: only the brace is sure
+    ),
+    ({"enum": ["left", "light"]}, ['"left"', '"light"'], '"l'),
+    ({"type": "object", "properties": {}}, ["{}"], "{"),
+    ({"type": "number", "minimum": 0, "maximum": 2}, ["0", "1.5"], ""),
+]
+
+
+@pytest.mark.parametrize(("schema", "actions", "opening"), _OPENED, ids=[o for *_, o in _OPENED])
+def test_the_grammar_after_its_opening_admits_exactly_the_rest_of_each_action(
+    byte_tokenizer: llguidance.LLTokenizer, schema: dict[str, Any], actions: list[str], opening: str
+) -> None:
+    """A server is sent an action's opening with the prompt and decodes the rest under the
+    grammar that ``skip`` writes: for every cut inside the opening, exactly the rests of the
+    schema's actions are admitted, not the whole actions and not a rest cut one too far."""
+    assert action_opening(schema).text == opening
+    for skip in range(len(opening) + 1):
+        admits = _Admits(byte_tokenizer, action_gbnf(schema, skip=skip))
+        for action in actions:
+            assert action.startswith(opening)
+            assert admits(action[skip:]), (skip, action)
+            if skip:
+                assert not admits(action), (skip, action)
+            if skip < len(action):  # a character dropped: admitted only if that is an action
+                shorter = action[:skip] + action[skip + 1 :]
+                assert admits(action[skip + 1 :]) == _compact_of(shorter, schema), (skip, action)
+    with pytest.raises(ValueError, match="outside the opening"):
+        action_gbnf(schema, skip=len(opening) + 1)
+
+
+def test_every_shipped_scenario_opens_with_its_first_key() -> None:
+    """The scenarios' actions all start with a required enum: their opening is its key and
+    the value's quote, which a server is sent with the prompt instead of decoding it."""
+    scenarios = sorted((Path(__file__).parents[2] / "sims" / "scenarios").glob("*.yaml"))
+    assert len(scenarios) >= 8
+    for path in scenarios:
+        schema = load_scenario(path).spec.action_schema()
+        compact = schema.json_schema(ActionForm.COMPACT)
+        default = schema.compact(schema.validate(load_scenario(path).spec.default_action))
+        opening = action_opening(compact)
+        first = next(iter(compact["properties"]))
+        assert opening.text == '{"' + first + '":"', path.name
+        assert default.startswith(opening.text)
+        # The ways on are the enum's values, one of which the default action writes.
+        assert any(default[len(opening.text) :].startswith(w) for w in opening.ways_on)
