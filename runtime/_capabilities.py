@@ -88,6 +88,10 @@ class SupportsLivePrediction(Protocol):
         """What a live call for ``event`` in ``context`` is predicted to take, end to end."""
         ...
 
+    def prompt_cached(self, context: str, schema: ActionSchema) -> bool:
+        """Whether the state's prompt prefix is most likely in the server's cache."""
+        ...
+
 
 @runtime_checkable
 class SupportsWorker(Protocol):

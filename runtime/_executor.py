@@ -88,7 +88,8 @@ class ExecutorConfig(BaseModel):
     would keep the live tier off for good once the model is fast again. The same holds when
     the model refuses a live call before any pass (``not_started``): the state's prompt is then
     usually not cached, its prefill alone is longer than the budget, and the background call
-    is what prefills it."""
+    is what prefills it. On a server backend, a live call whose p95 does not fit because the
+    state's prompt was never sent starts that call at once, whatever the measurements' age."""
 
 
 @dataclass(slots=True)
@@ -448,16 +449,19 @@ class Executor:
         call: Callable[[], Awaitable[_R]],
         skipped: list[tuple[str, str]],
         probe: Callable[[], Awaitable[object]] | None = None,
+        *,
+        cold: bool = False,
     ) -> _R | None:
         """Run one model tier if its p95 fits, holding the model, abandoned at the budget.
 
         ``probe``: what to run in the background when the p95 does not fit and the latency
-        model's measurements are stale (see ``ExecutorConfig.probe_after_s``).
+        model's measurements are stale (see ``ExecutorConfig.probe_after_s``), or at once when
+        ``cold`` (the state's prompt is not in the server's cache).
         """
         if asyncio.get_running_loop().time() + predicted_s > end:
             skipped.append((tier, f"p95 {predicted_s * 1e3:.1f} ms does not fit"))
             if probe is not None:
-                self._probe_if_stale(probe)
+                self._probe_if_stale(probe, cold=cold)
             return None
         try:
             async with asyncio.timeout_at(end), self._gate.urgent():
@@ -481,12 +485,17 @@ class Executor:
             return False
         return now - since >= self._config.probe_after_s
 
-    def _probe_if_stale(self, probe: Callable[[], Awaitable[object]]) -> None:
+    def _probe_if_stale(
+        self, probe: Callable[[], Awaitable[object]], *, cold: bool = False
+    ) -> None:
         """Measure the model again in the background when its measurements are stale.
 
-        One probe at a time.
+        One probe at a time. ``cold``: the state's prompt is not in the server's cache, so the
+        probe is started whatever the measurements' age: it is what prefills that prompt, and
+        until it has, every event in this state is predicted to prefill it too.
         """
-        if not self._stale() or (self._probe is not None and not self._probe.done()):
+        stale = self._stale()  # first: it also notes the latest measurement's time
+        if not (stale or cold) or (self._probe is not None and not self._probe.done()):
             return
 
         async def run() -> None:
@@ -538,8 +547,10 @@ class Executor:
             skipped.append(("live", "disabled"))
             return None
         lat = backend.latency
+        cold = False
         if isinstance(backend, SupportsLivePrediction):
             predicted = backend.predict_live(context, text, self._schema).p95
+            cold = not backend.prompt_cached(context, self._schema)
         else:
             predicted = lat.call(self._config.event_tokens, lat.typical_steps()).p95
 
@@ -567,6 +578,7 @@ class Executor:
             ),
             skipped,
             probe,
+            cold=cold,
         )
         if gens is None:
             return None

@@ -64,6 +64,10 @@ class SentPrefixes:
         while len(self._sent) > self._keep:
             self._sent.popitem(last=False)
 
+    def __contains__(self, prefix: object) -> bool:
+        """Whether ``prefix`` (a token sequence) was sent lately."""
+        return isinstance(prefix, Sequence) and tuple(prefix) in self._sent
+
     def uncached(self, prefix: Sequence[int], own: Sequence[int]) -> int:
         """Tokens the server is expected to prefill for ``prefix + own``."""
         return len(own) if tuple(prefix) in self._sent else len(prefix) + len(own)

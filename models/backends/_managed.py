@@ -144,6 +144,10 @@ class ManagedServerBackend:
         """A live call's predicted time (:meth:`ServerBackend.predict_live`)."""
         return self.server.predict_live(context, event, schema)
 
+    def prompt_cached(self, context: str, schema: ActionSchema) -> bool:
+        """Whether the state's prompt was sent lately (:meth:`ServerBackend.prompt_cached`)."""
+        return self.server.prompt_cached(context, schema)
+
     async def generate(
         self,
         context: str,

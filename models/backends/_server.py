@@ -500,6 +500,11 @@ class ServerBackend:
         uncached = self._prefixes.uncached(prefix, [*own, *self.grammar(schema).forced])
         return self._latency.live(uncached, self._latency.typical_steps())
 
+    def prompt_cached(self, context: str, schema: ActionSchema) -> bool:
+        """Whether the state's prompt prefix was sent lately (the server most likely holds it)."""
+        prefix, _ = self.prompts.encode(Prompt(context, ""), schema)
+        return prefix in self._prefixes
+
     async def generate(
         self,
         context: str,

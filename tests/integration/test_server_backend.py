@@ -21,7 +21,7 @@ import pytest
 
 from forethought.models import CancelSignal, GenerationStatus, ServerBackend, TransformersBackend
 from forethought.models._model_load import LoadedModel
-from forethought.models._prompt import Prompt
+from forethought.models._prompt import Prompt, state_context
 from forethought.models.backends._call_prediction import live_call
 from forethought.models.backends._server import _TRIE_MARGIN_NAT
 from forethought.policies import (
@@ -31,6 +31,11 @@ from forethought.policies import (
     ServerReplyError,
     ServerUnavailable,
 )
+from forethought.policies._events import EventSpace
+from forethought.policies._state import WorldState
+from forethought.policies._tree import PolicyTree
+from forethought.runtime import Decision, Event, ExecutorConfig, Tier
+from forethought.runtime._executor import Executor
 from forethought.testing import LlamaServer, llama_server_path
 
 pytestmark = [pytest.mark.server, pytest.mark.smollm2]
@@ -118,6 +123,57 @@ async def test_the_action_opening_goes_with_the_prompt_as_the_model_spells_it(
             assert g.text.startswith('{"a":"')
             assert g.forced_tokens == len(forced)
             assert backend.prompts.encode_action(g.text)[: len(forced)] == forced
+
+
+async def test_a_state_never_sent_starts_the_background_call_at_once(
+    server: LlamaServer, robot_schema: ActionSchema
+) -> None:
+    """On a server, a live call in a state never sent is predicted to prefill the state's whole
+    prompt, so in a tight budget it is not started. Nothing else would send that prompt: the
+    executor starts its background call at once (before, only after ``probe_after_s`` without a
+    measurement), which prefills it, and the next event in the state is predicted to prefill
+    only its own tokens and is started."""
+    space = EventSpace.from_specs([{"type": "obstacle", "deadline_ms": 500, "params": {}}])
+    state = WorldState({"zone": "dock 7"})
+    async with ServerBackend(url=server.url, poll_s=0) as backend:
+        await backend.prepare(robot_schema)
+        ex = Executor(
+            space=space,
+            schema=robot_schema,
+            tree=PolicyTree(),
+            default_action={"action": "stop"},
+            description="test robot",
+            backend=backend,
+            # Measurements never count as stale here: only the cold prompt starts the call.
+            config=ExecutorConfig(use_tree=False, use_score=False, probe_after_s=3600),
+        )
+        context = state_context("test robot", state.to_json())
+        cold = backend.predict_live(context, "obstacle", robot_schema).p95
+        _, own = backend.prompts.encode(Prompt(context, "obstacle"), robot_schema)
+        opening = len(backend.grammar(robot_schema).forced)
+        warm = backend.latency.live(len(own) + opening, backend.latency.typical_steps()).p95
+        assert warm * 1.2 < cold, (warm, cold)  # the state's prefix is most of the prompt
+        budget = (warm + cold) / 2
+        assert not backend.prompt_cached(context, robot_schema)
+
+        async def decide(name: str) -> Decision:
+            now = asyncio.get_running_loop().time()
+            event = Event(name, "obstacle", {}, arrived_at=now, deadline=now + budget)
+            return await ex.decide(event, state)
+
+        first = await decide("1")
+        assert first.tier is Tier.DEFAULT
+        assert any(t == "live" and "does not fit" in why for t, why in first.skipped)
+        probe = ex._probe
+        assert probe is not None  # started at once, measurements fresh as they are
+        t0 = time.perf_counter()
+        while not probe.done():
+            assert time.perf_counter() - t0 < 60, "the background call did not finish"
+            await asyncio.sleep(0.05)
+        assert backend.prompt_cached(context, robot_schema)  # the background call sent it
+        second = await decide("2")
+        assert not any("does not fit" in why for _, why in second.skipped), second.skipped
+        await ex.aclose()
 
 
 async def test_scores_agree_with_the_in_process_model(

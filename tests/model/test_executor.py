@@ -375,6 +375,9 @@ class _PredictingBackend(ScriptedBackend):
         self.asked.append((context, event))
         return Prediction(self.live_p95_s / 2, self.live_p95_s)
 
+    def prompt_cached(self, context: str, schema: ActionSchema) -> bool:
+        return True  # the prediction above is all there is to it
+
 
 @pytest.mark.parametrize(("live_p95_s", "started"), [(0.1, True), (0.5, False)])
 def test_a_backend_that_predicts_its_live_calls_is_asked_for_this_event(
