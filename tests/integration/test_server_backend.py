@@ -232,6 +232,13 @@ async def test_deadline_closes_the_stream_and_frees_the_slot(server: LlamaServer
         assert g.status is GenerationStatus.DEADLINE
         assert g.action is None
         assert returned <= deadline + 0.02
+        # The cut stream closes after the call returned, not on the caller's time (closing
+        # takes milliseconds, which were past the deadline); it counts as in flight until shut.
+        assert backend._closing
+        assert backend._in_flight == 1
+        while backend._closing:
+            await asyncio.sleep(0.001)
+        assert backend._in_flight == 0
         freed = await _idle(server.url)
         assert freed < 1.0, f"slot freed {freed * 1e3:.0f} ms after the stream was closed"
         assert backend.stats.cut == 1
