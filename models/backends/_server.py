@@ -210,6 +210,9 @@ class _Stream:
     prefill_observed: bool = False
     started_at: float = 0.0
     last_chunk_at: float = 0.0
+    read_to_end: bool = False
+    """Read up to the action's closing brace (:mod:`._action_end`): complete, its connection
+    perhaps still closing."""
     first_token_at: float | None = None
     finished_at: float = 0.0
 
@@ -320,7 +323,7 @@ class ServerBackend:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if self._closing:  # streams cut at a deadline, still closing
+        while self._closing:  # streams cut at a deadline, still closing
             await asyncio.gather(*self._closing, return_exceptions=True)
         poller, self._poller = self._poller, None
         if poller is not None:
@@ -543,7 +546,7 @@ class ServerBackend:
         if self._shared_prefill and len(prompts) > 1:
             cut = await self._share_prefix(encoded[0][0], deadline, cancel)
             if cut is not None:
-                return [self._unsent(len(p), self._now(), cut) for p in prompts]
+                return [self._unsent(len(p) - forced, self._now(), cut) for p in prompts]
         bodies = [
             self._api.completion(
                 p,
@@ -814,7 +817,10 @@ class ServerBackend:
         cut = GenerationStatus.CANCELLED if stop.is_set() else GenerationStatus.DEADLINE
         out = []
         for s, t in zip(streams, tasks, strict=True):
-            finished = t.done() and not t.cancelled() and t.exception() is None
+            broken = t.done() and (t.cancelled() or t.exception() is not None)
+            # A stream read to its action's end is complete even while its connection is
+            # still closing (its task not yet done) when the deadline comes.
+            finished = not broken and (t.done() or s.read_to_end)
             if not finished:
                 self.stats.cut += 1
                 s.finished_at = self._now()
@@ -877,7 +883,8 @@ class ServerBackend:
             raise self._count(exc) from None
         if s.finish is None:
             raise self._count(ServerUnavailable(endpoint, "stream ended before the answer"))
-        s.finished_at = self._now()
+        # Read to its end, the action was complete before its connection closed.
+        s.finished_at = s.finished_at if s.read_to_end else self._now()
         self.stats.healthy = True
 
     def _observe(self, s: _Stream, chunk: Chunk, rows: int, end: ActionEnd | None) -> bool:
@@ -912,6 +919,8 @@ class ServerBackend:
             return True
         if end is not None and end.feed(chunk.text):
             s.finish = "eos"  # the grammar admits nothing more
+            s.read_to_end = True
+            s.finished_at = now
             self.stats.read_to_close += 1
             return True
         return False

@@ -221,6 +221,8 @@ class _Grammar:
         if literals is not None:
             tails = [lit[skip:] for lit in literals]
             body = " | ".join(_literal(t) for t in dict.fromkeys(tails) if t)
+            if not body:
+                return ""  # the whole value was the opening: nothing left to write
             return self.rule(f"{hint}-after", f"({body})?" if "" in tails else body)
         kind = schema.get("type")
         if kind == "string":
@@ -293,8 +295,8 @@ def _opening(schema: Any) -> tuple[str, list[str]]:
     if literals is not None:
         head = os.path.commonprefix(literals)  # noqa: RUF071 - characters, not paths
         return head, [lit[len(head) :] for lit in literals]
-    if not isinstance(schema, Mapping):
-        return "", []
+    if not isinstance(schema, Mapping) or "anyOf" in schema:
+        return "", []  # anyOf: each option may open otherwise (it may replace the properties)
     kind = schema.get("type")
     if kind == "string":
         return '"', []
@@ -342,7 +344,7 @@ def action_gbnf(
     if not 0 <= skip <= len(opening):
         raise ValueError(f"skip {skip} is outside the opening {opening!r}")
     g = _Grammar(bounds or OutputBounds())
-    return g.render(g.after(schema, skip, "action"))
+    return g.render(g.after(schema, skip, "action") or '""')
 
 
 def token_gbnf(token_ids: Sequence[int]) -> str:

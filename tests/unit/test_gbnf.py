@@ -224,6 +224,15 @@ _OPENED: list[tuple[dict[str, Any], list[str], str]] = [
     ),
     ({"enum": ["left", "light"]}, ['"left"', '"light"'], '"l'),
     ({"type": "object", "properties": {}}, ["{}"], "{"),
+    (
+        {
+            "type": "object",
+            "properties": {"k": {"const": "v"}, "n": {"type": "integer", "minimum": 0}},
+            "required": ["k"],
+        },
+        ['{"k":"v"}', '{"k":"v","n":3}'],
+        '{"k":"v"',  # a const is all opening: nothing of it left to write
+    ),
     ({"type": "number", "minimum": 0, "maximum": 2}, ["0", "1.5"], ""),
 ]
 
@@ -248,6 +257,18 @@ def test_the_grammar_after_its_opening_admits_exactly_the_rest_of_each_action(
                 assert admits(action[skip + 1 :]) == _compact_of(shorter, schema), (skip, action)
     with pytest.raises(ValueError, match="outside the opening"):
         action_gbnf(schema, skip=len(opening) + 1)
+
+
+def test_an_any_of_schema_has_no_opening() -> None:
+    """Each option of an ``anyOf`` may replace the properties, so none of them is sure."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"enum": ["x"]}},
+        "required": ["a"],
+        "anyOf": [{"properties": {"b": {"const": 1}}, "required": ["b"]}],
+    }
+    assert action_opening(schema).text == ""
+    assert action_gbnf(schema, skip=0) == action_gbnf(schema)
 
 
 def test_every_shipped_scenario_opens_with_its_first_key() -> None:
