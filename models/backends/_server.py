@@ -92,6 +92,8 @@ class ActionGrammar:
 
     forced: tuple[int, ...]
     """The opening's tokens, as the model would write them, sent after the prompt."""
+    opening: str
+    """The text of :attr:`forced`."""
     gbnf: str
     """The grammar of what follows :attr:`forced`."""
 
@@ -210,7 +212,7 @@ class _Stream:
     prefill_observed: bool = False
     started_at: float = 0.0
     last_chunk_at: float = 0.0
-    read_to_end: bool = False
+    read_to_close: bool = False
     """Read up to the action's closing brace (:mod:`._action_end`): complete, its connection
     perhaps still closing."""
     first_token_at: float | None = None
@@ -427,8 +429,9 @@ class ServerBackend:
             # Only llama-server takes token ids after the prompt and a grammar together.
             opening = action_opening(compact) if self._target.family == "llama-server" else None
             forced = self._forced(opening) if opening is not None else []
-            skip = len(self.prompts.decode(forced))
-            found = ActionGrammar(tuple(forced), action_gbnf(compact, self._bounds, skip=skip))
+            text = self.prompts.decode(forced)
+            gbnf = action_gbnf(compact, self._bounds, skip=len(text))
+            found = ActionGrammar(tuple(forced), text, gbnf)
             self._grammars[schema.fingerprint] = found
         return found
 
@@ -560,10 +563,9 @@ class ServerBackend:
         ]
         ends = None
         if self._target.family == "llama-server":
-            opening = self.prompts.decode(list(grammar.forced))
             ends = [ActionEnd() for _ in prompts]
             for end in ends:
-                end.feed(opening)
+                end.feed(grammar.opening)
         streams = await self._run_all(bodies, deadline, cancel, ends)
         return [
             self._to_generation(schema, grammar, s, status, len(p) - forced, len(encoded[0][0]))
@@ -820,7 +822,7 @@ class ServerBackend:
             broken = t.done() and (t.cancelled() or t.exception() is not None)
             # A stream read to its action's end is complete even while its connection is
             # still closing (its task not yet done) when the deadline comes.
-            finished = not broken and (t.done() or s.read_to_end)
+            finished = not broken and (t.done() or s.read_to_close)
             if not finished:
                 self.stats.cut += 1
                 s.finished_at = self._now()
@@ -884,7 +886,7 @@ class ServerBackend:
         if s.finish is None:
             raise self._count(ServerUnavailable(endpoint, "stream ended before the answer"))
         # Read to its end, the action was complete before its connection closed.
-        s.finished_at = s.finished_at if s.read_to_end else self._now()
+        s.finished_at = s.finished_at if s.read_to_close else self._now()
         self.stats.healthy = True
 
     def _observe(self, s: _Stream, chunk: Chunk, rows: int, end: ActionEnd | None) -> bool:
@@ -919,7 +921,7 @@ class ServerBackend:
             return True
         if end is not None and end.feed(chunk.text):
             s.finish = "eos"  # the grammar admits nothing more
-            s.read_to_end = True
+            s.read_to_close = True
             s.finished_at = now
             self.stats.read_to_close += 1
             return True

@@ -139,10 +139,9 @@ class _Grammar:
         """The rule name of ``schema``'s values (a boolean or empty schema: any JSON)."""
         if not isinstance(schema, Mapping) or not schema:
             return self.any_value()
-        if "const" in schema:
-            return self.rule(hint, _json_literal(schema["const"]))
-        if "enum" in schema:
-            return self.rule(hint, " | ".join(_json_literal(v) for v in schema["enum"]))
+        literals = _literals(schema)
+        if literals is not None:
+            return self.rule(hint, " | ".join(_literal(t) for t in literals))
         if "anyOf" in schema:
             rest = {k: v for k, v in schema.items() if k != "anyOf"}
             options = [
