@@ -10,6 +10,8 @@ server's slot, as at a deadline.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = ["ActionEnd"]
 
 
@@ -46,6 +48,11 @@ class ActionEnd:
                     break
             self._read(ch)
         return self._closed
+
+    def enough(self, text: str, logprobs: Sequence[float]) -> bool:
+        """True once the action closed: :meth:`feed`, as a stream reader of the server backend."""
+        del logprobs  # where an action ends is in its text
+        return self.feed(text)
 
     def _read(self, ch: str) -> None:
         if self._in_string:

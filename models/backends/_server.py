@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import orjson
@@ -58,7 +58,7 @@ from ..grammar._gbnf import Opening, action_gbnf, action_opening, token_gbnf
 from ._action_end import ActionEnd
 from ._call_prediction import SentPrefixes, live_call
 from ._server_api import Chunk, ServerAPI, make_api
-from ._trie_score import read_trie, trie_depth, trie_gbnf
+from ._trie_score import BestScore, LoserBound, TrieReading, read_trie, trie_depth, trie_gbnf
 
 if TYPE_CHECKING:
     import httpx
@@ -187,7 +187,10 @@ class ServerStats:
     cut: int = 0
     """Streams closed at the deadline or on cancel."""
     trie_rescored: int = 0
-    """Candidates a trie score had to score again exactly (their bound reached the best)."""
+    """Candidates a trie score had to read on (their bound from the trie reached the best)."""
+    trie_ruled_out: int = 0
+    """Of those, the ones whose request was stopped once their running sum fell below the
+    best (their score an upper bound); the others were read to their end (exact)."""
     shared_prefills: int = 0
     """Batches whose shared prefix was prefilled once for all their rows."""
     read_to_close: int = 0
@@ -212,11 +215,23 @@ class _Stream:
     prefill_observed: bool = False
     started_at: float = 0.0
     last_chunk_at: float = 0.0
-    read_to_close: bool = False
-    """Read up to the action's closing brace (:mod:`._action_end`): complete, its connection
-    perhaps still closing."""
+    read_enough: bool = False
+    """Stopped by its reader (:class:`_StreamEnd`): the caller has all it needs, though the
+    connection may still be closing."""
     first_token_at: float | None = None
     finished_at: float = 0.0
+
+
+class _StreamEnd(Protocol):
+    """Reads a stream as it comes and says when the caller has all it needs from it.
+
+    :class:`ActionEnd` stops at an action's closing brace; :class:`LoserBound` stops a
+    scoring request once its candidate cannot win.
+    """
+
+    def enough(self, text: str, logprobs: Sequence[float]) -> bool:
+        """Read one chunk's text and log-probabilities; True once nothing more is needed."""
+        ...
 
 
 class ServerBackend:
@@ -567,6 +582,7 @@ class ServerBackend:
             for end in ends:
                 end.feed(grammar.opening)
         streams = await self._run_all(bodies, deadline, cancel, ends)
+        self.stats.read_to_close += sum(s.read_enough for s, _ in streams)
         return [
             self._to_generation(schema, grammar, s, status, len(p) - forced, len(encoded[0][0]))
             for p, (s, status) in zip(prompts, streams, strict=True)
@@ -584,8 +600,9 @@ class ServerBackend:
     ) -> Scores:
         """Each candidate's log-likelihood: its tokens' log-probabilities summed.
 
-        On llama-server, in one request over the candidates' token trie: the winner's score is
-        exact, a loser's an upper bound below it (:mod:`._trie_score`).
+        On llama-server, in one request over the candidates' token trie, and a short request
+        for each loser that might still win: the winner's score is exact, a loser's exact or
+        an upper bound below it (:mod:`._trie_score`).
         """
         if not candidates:
             raise ConfigError("candidates", list(candidates), "at least one candidate is needed")
@@ -622,7 +639,7 @@ class ServerBackend:
         deadline: float,
         cancel: CancelSignal | None,
     ) -> list[float] | GenerationStatus:
-        """One greedy request over the trie; exact requests only for a loser that might win."""
+        """One greedy request over the trie; a loser that might still win is read on."""
         body = self._api.completion(
             prompt,
             grammar=trie_gbnf(ids),
@@ -650,18 +667,74 @@ class ServerBackend:
         again = reading.unresolved(_TRIE_MARGIN_NAT)
         if again:
             if self._shared_prefill:
-                # The trie request left the prompt in its slot: publish it, so the exact
-                # requests start from it instead of prefilling it again each.
+                # The trie request left the prompt in its slot: publish it, so the requests
+                # reading losers on start from it instead of prefilling it again each.
                 cut = await self._publish(prompt, deadline, cancel)
                 if cut is not None:
                     return cut
-            exact = await self._score_each(prompt, [ids[i] for i in again], deadline, cancel)
-            if isinstance(exact, GenerationStatus):
-                return exact
-            for i, total in zip(again, exact, strict=True):
-                totals[i] = total
+            best = BestScore(max(t for t, e in zip(totals, reading.exact, strict=True) if e))
+            read = await self._read_on(prompt, ids, again, reading, best, deadline, cancel)
+            if isinstance(read, GenerationStatus):
+                return read
+            for i, bound in zip(again, read, strict=True):
+                totals[i] = bound.score
+            self.stats.trie_ruled_out += sum(not b.exact for b in read)
         self.stats.trie_rescored += len(again)
         return totals
+
+    async def _read_on(
+        self,
+        prompt: list[int],
+        ids: list[list[int]],
+        losers: list[int],
+        reading: TrieReading,
+        best: BestScore,
+        deadline: float,
+        cancel: CancelSignal | None,
+    ) -> list[LoserBound] | GenerationStatus:
+        """Read each loser on from where the trie left it, until it is scored or ruled out.
+
+        A loser's tokens whose log-probabilities the trie returned go with the prompt; the
+        rest are forced, one request per loser, all sent together. Each request is stopped
+        as soon as its running sum falls below the best exact score by more than the margin
+        (:class:`LoserBound`), which frees its slot and shrinks the server's batch.
+        """
+        bodies, bounds = [], []
+        for i in losers:
+            known, tail = reading.known[i], ids[i]
+            bodies.append(self._forced_body(prompt + tail[:known], tail[known:], deadline))
+            bounds.append(
+                LoserBound(
+                    known=reading.known_scores[i],
+                    length=len(tail) - known,
+                    best=best,
+                    margin=_TRIE_MARGIN_NAT,
+                )
+            )
+        streams = await self._run_all(bodies, deadline, cancel, bounds)
+        statuses = [status for _, status in streams]
+        if any(s is not GenerationStatus.DONE for s in statuses):
+            return next(s for s in statuses if s is not GenerationStatus.DONE)
+        for tail, bound, (stream, _) in zip((ids[i] for i in losers), bounds, streams, strict=True):
+            if not bound.exact and not stream.read_enough:
+                raise ServerReplyError(
+                    self._target.base_url,
+                    f"scoring returned {len(stream.logprobs)} log-probabilities for "
+                    f"{len(tail)} tokens",
+                )
+        return bounds
+
+    def _forced_body(self, prompt: list[int], tail: list[int], deadline: float) -> dict[str, Any]:
+        """A llama-server request that writes exactly ``tail``, with each token's log-prob."""
+        return self._api.completion(
+            prompt,
+            grammar=token_gbnf(tail),
+            max_tokens=len(tail),
+            logprobs=True,
+            background=math.isinf(deadline),
+            model=None,
+            favour=tail,
+        )
 
     async def _score_each(
         self,
@@ -675,14 +748,7 @@ class ServerBackend:
         bodies = []
         for tail in ids:
             if family == "llama-server":
-                body = self._api.completion(
-                    prompt,
-                    grammar=token_gbnf(tail),
-                    max_tokens=len(tail),
-                    logprobs=True,
-                    background=math.isinf(deadline),
-                    model=None,
-                )
+                body = self._forced_body(prompt, tail, deadline)
             else:
                 body = self._api.completion(
                     prompt + tail,
@@ -768,11 +834,11 @@ class ServerBackend:
         bodies: list[dict[str, Any]],
         deadline: float,
         cancel: CancelSignal | None,
-        ends: Sequence[ActionEnd] | None = None,
+        ends: Sequence[_StreamEnd] | None = None,
     ) -> list[tuple[_Stream, GenerationStatus]]:
         """Send every body at once; close them all at the deadline or on cancel.
 
-        ``ends``: one reader per body, which stops reading its stream once the action closed.
+        ``ends``: one reader per body, which stops reading its stream once it has enough.
         """
         loop = asyncio.get_running_loop()
         streams = [_Stream() for _ in bodies]
@@ -785,7 +851,7 @@ class ServerBackend:
             cancel.on_cancel(wake)
         rows = len(bodies)
         self._in_flight += rows
-        readers: Sequence[ActionEnd | None] = ends if ends is not None else [None] * rows
+        readers: Sequence[_StreamEnd | None] = ends if ends is not None else [None] * rows
         tasks = [
             asyncio.create_task(self._stream(b, s, rows, end), name="forethought.server.request")
             for b, s, end in zip(bodies, streams, readers, strict=True)
@@ -820,9 +886,9 @@ class ServerBackend:
         out = []
         for s, t in zip(streams, tasks, strict=True):
             broken = t.done() and (t.cancelled() or t.exception() is not None)
-            # A stream read to its action's end is complete even while its connection is
-            # still closing (its task not yet done) when the deadline comes.
-            finished = not broken and (t.done() or s.read_to_close)
+            # A stream read as far as its reader needed is complete even while its connection
+            # is still closing (its task not yet done) when the deadline comes.
+            finished = not broken and (t.done() or s.read_enough)
             if not finished:
                 self.stats.cut += 1
                 s.finished_at = self._now()
@@ -841,12 +907,12 @@ class ServerBackend:
         closing.add_done_callback(closed)
 
     async def _stream(
-        self, body: dict[str, Any], s: _Stream, rows: int, end: ActionEnd | None = None
+        self, body: dict[str, Any], s: _Stream, rows: int, end: _StreamEnd | None = None
     ) -> None:
         """One streamed request, read into ``s`` as it comes; errors typed.
 
-        With ``end``, reading stops once the action's top-level object closed: the chunk the
-        server would send one decode step later could only end it.
+        With ``end``, reading stops once it says the caller has enough (closing the stream
+        frees the server's slot).
         """
         import httpx  # noqa: PLC0415 - see __aenter__ (already loaded: a dict lookup)
 
@@ -885,11 +951,11 @@ class ServerBackend:
             raise self._count(exc) from None
         if s.finish is None:
             raise self._count(ServerUnavailable(endpoint, "stream ended before the answer"))
-        # Read to its end, the action was complete before its connection closed.
-        s.finished_at = s.finished_at if s.read_to_close else self._now()
+        # Read as far as needed, the answer was complete before its connection closed.
+        s.finished_at = s.finished_at if s.read_enough else self._now()
         self.stats.healthy = True
 
-    def _observe(self, s: _Stream, chunk: Chunk, rows: int, end: ActionEnd | None) -> bool:
+    def _observe(self, s: _Stream, chunk: Chunk, rows: int, end: _StreamEnd | None) -> bool:
         """Read one chunk into ``s`` and the latency law; True when the answer is complete."""
         now, last = self._now(), s.last_chunk_at
         s.last_chunk_at = now
@@ -917,13 +983,14 @@ class ServerBackend:
             waited = self.stats.slots is not None and rows > self.stats.slots
             if not waited:
                 self._model.observe_prefill(s.processed, s.first_token_at - s.started_at)
+        # The last chunk too may carry tokens its reader needs to see.
+        enough = end is not None and end.enough(chunk.text, chunk.logprobs)
         if chunk.done:
             return True
-        if end is not None and end.feed(chunk.text):
-            s.finish = "eos"  # the grammar admits nothing more
-            s.read_to_close = True
+        if enough:
+            s.finish = "enough"
+            s.read_enough = True
             s.finished_at = now
-            self.stats.read_to_close += 1
             return True
         return False
 
@@ -1015,6 +1082,7 @@ class ServerBackend:
             "not_started": st.not_started,
             "cut": st.cut,
             "trie_rescored": st.trie_rescored,
+            "trie_ruled_out": st.trie_ruled_out,
             "shared_prefills": st.shared_prefills,
             "read_to_close": st.read_to_close,
             "errors": dict(st.errors),

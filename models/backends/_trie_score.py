@@ -12,9 +12,15 @@ slot each); instead, all candidates become one grammar -- the trie of their toke
   can only lower it (log-probabilities are <= 0). So it gets an *upper bound*
   (:func:`read_trie`).
 
-A candidate whose bound is below the best exact score cannot win; one whose bound reaches it is
-scored exactly by a request of its own (rare: the greedy path is usually the best). So the
-winner is the same as scoring each candidate exactly; the losers' scores are upper bounds.
+A candidate whose bound is below the best exact score cannot win. One whose bound reaches it is
+read on by a request of its own, which starts where the trie left it (its tokens whose
+log-probabilities the trie returned go with the prompt) and is followed by a
+:class:`LoserBound`: the request is stopped as soon as its running sum falls below the best
+exact score, since what follows can only lower it further. A 135M model often puts a loser's
+first token close to the winner's and its later tokens far below, so a bound from the trie
+alone reaches the best for most candidates, while their requests are stopped a few tokens in.
+So the winner is the same as scoring each candidate exactly; the losers' scores are upper
+bounds.
 
 "Exact" holds for one state of the server's prompt cache. llama.cpp computes a prompt's KV
 values in different batches when it prefills the prompt afresh and when it reuses them from an
@@ -31,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["TrieReading", "read_trie", "trie_depth", "trie_gbnf"]
+__all__ = ["BestScore", "LoserBound", "TrieReading", "read_trie", "trie_depth", "trie_gbnf"]
 
 
 @dataclass(slots=True)
@@ -82,6 +88,10 @@ class TrieReading:
 
     scores: tuple[float, ...]
     exact: tuple[bool, ...]
+    known: tuple[int, ...]
+    """Per candidate: how many of its leading tokens have an exact log-probability."""
+    known_scores: tuple[float, ...]
+    """Per candidate: the sum of those exact log-probabilities."""
 
     def unresolved(self, margin: float = 0.0) -> list[int]:
         """Candidates whose upper bound comes within ``margin`` of the best exact score.
@@ -111,18 +121,75 @@ def read_trie(
         raise ValueError(f"{len(logprobs)} log-probabilities for {len(path)} tokens")
     scores: list[float] = []
     exact: list[bool] = []
+    known: list[int] = []
+    known_scores: list[float] = []
     for tail in tails:
-        total, done = 0.0, True
+        total, count, bound = 0.0, 0, 0.0
         for i, token in enumerate(tail):
             if i < len(path) and path[i] == token:
                 total += logprobs[i]
+                count += 1
                 continue
-            done = False
-            top = tops[i] if i < len(tops) else {}
-            if i < len(path) and top:
+            top = tops[i] if i < len(tops) and i < len(path) else {}
+            if int(token) in top:
+                # Its step's list has it: this token's log-probability is exact too.
+                total += top[int(token)]
+                count += 1
+            elif top:
                 # Not in the list: at most the lowest listed (the list is the top of the step).
-                total += top.get(int(token), min(top.values()))
+                bound = min(top.values())
             break
-        scores.append(total)
-        exact.append(done)
-    return TrieReading(tuple(scores), tuple(exact))
+        scores.append(total + bound)
+        exact.append(count == len(tail))
+        known.append(count)
+        known_scores.append(total)
+    return TrieReading(tuple(scores), tuple(exact), tuple(known), tuple(known_scores))
+
+
+@dataclass(slots=True)
+class BestScore:
+    """The best exact score found so far, shared by the requests reading losers on."""
+
+    value: float
+
+    def raise_to(self, score: float) -> None:
+        """A candidate scored exactly: the best is now at least ``score``."""
+        self.value = max(self.value, score)
+
+
+class LoserBound:
+    """Follows one loser's forced tokens as they stream in; says when it cannot win.
+
+    ``known`` is the exact sum of the tokens the trie already read; each streamed
+    log-probability adds to it. The stream has told enough when all ``length`` tokens came
+    (the score is exact, and may raise ``best``) or when the running sum fell more than
+    ``margin`` below ``best`` (log-probabilities are <= 0: the sum only falls from there, so
+    the loser is ruled out and its score is an upper bound).
+    """
+
+    __slots__ = ("_best", "_length", "_margin", "_seen", "score")
+
+    def __init__(self, *, known: float, length: int, best: BestScore, margin: float) -> None:
+        if length < 1:
+            raise ValueError("a loser read on needs at least one token to read")
+        self.score = known
+        self._length = length
+        self._best = best
+        self._margin = margin
+        self._seen = 0
+
+    @property
+    def exact(self) -> bool:
+        """True once every token's log-probability was read."""
+        return self._seen >= self._length
+
+    def enough(self, text: str, logprobs: Sequence[float]) -> bool:
+        """Read one chunk's log-probabilities; True once the loser is scored or ruled out."""
+        del text  # a score reads numbers, not text
+        for lp in logprobs[: self._length - self._seen]:
+            self.score += lp
+            self._seen += 1
+        if self.exact:
+            self._best.raise_to(self.score)
+            return True
+        return self.score < self._best.value - self._margin

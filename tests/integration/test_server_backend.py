@@ -420,15 +420,11 @@ async def test_a_streamed_request_asks_llama_server_to_close_its_connection(
     assert seen == ["close"] * 4
 
 
-async def test_a_trie_loser_that_might_win_is_scored_exactly(
-    robot_schema: ActionSchema, smollm2_first_load: LoadedModel
-) -> None:
-    """The greedy path through the trie is not always the best candidate: the bound says when."""
-    from forethought.models._decode_run import split_candidates
-
-    cands = [robot_schema.validate({"action": a}) for a in ("stop", "slow")]
-    tails: list[list[int]] = []
-    bodies: list[dict[str, object]] = []
+def _trie_stub(
+    tails: list[list[int]], bodies: list[dict[str, object]], loser_lps: list[float]
+) -> httpx.MockTransport:
+    """A llama-server whose trie's greedy path is ``first`` (-0.1, then -5 in all), with
+    ``second`` listed at the branch (-0.2); ``second``'s own request streams ``loser_lps``."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         known = _health_ok(request)
@@ -437,7 +433,7 @@ async def test_a_trie_loser_that_might_win_is_scored_exactly(
         body = orjson.loads(request.content)
         bodies.append(body)
         first, second = tails
-        if body.get("n_probs") == 32:  # the trie: greedy takes `first`, which then costs -5
+        if body.get("n_probs") == 32:
             n = len(first)
             lps = [-0.1] + [-5.0 / (n - 1)] * (n - 1) if n > 1 else [-5.0]
             tops = [{first[0]: lps[0], second[0]: -0.2}] + [{t: -0.1} for t in first[1:]]
@@ -445,23 +441,73 @@ async def test_a_trie_loser_that_might_win_is_scored_exactly(
                 raise AssertionError("the tails share their first token")
             return httpx.Response(200, text=_stream(first, lps, tops))
         forced = [int(t) for t in body["grammar"].split("<[")[1:] for t in [t.split("]")[0]]]
-        assert forced == second  # only the loser that might win is asked for again
-        return httpx.Response(
-            200, text=_stream(forced, [-0.3 / len(forced)] * len(forced), [{}] * len(forced))
-        )
+        # Read on from its branch: the branch token (its log-prob came with the trie) goes
+        # with the prompt, only the rest is forced, and the forced tokens are favoured.
+        assert forced == second[1:]
+        assert body["prompt"][-1] == second[0]
+        assert sorted(t for t, _ in body["logit_bias"]) == sorted(set(forced))
+        one_each = [{"content": "", "tokens": [t]} for t in forced]
+        for chunk, lp in zip(one_each, loser_lps, strict=True):
+            chunk["completion_probabilities"] = [{"id": chunk["tokens"][0], "logprob": lp}]
+        events = [*one_each, {"content": "", "stop": True, "stop_type": "limit"}]
+        text = "".join(f"data: {orjson.dumps(e).decode()}\n\n" for e in events)
+        return httpx.Response(200, text=text)
 
-    backend = ServerBackend(url="http://stub:1", poll_s=0, transport=_mock(handler))
+    return _mock(handler)
+
+
+_MOVE = {
+    "type": "object",
+    "properties": {"action": {"enum": ["stop", "slow"]}, "speed": {"type": "number"}},
+    "required": ["action", "speed"],
+}
+"""An action with a few tokens after its name, for a loser to be read on."""
+
+
+async def _trie_score(*, falls: bool) -> tuple[ServerBackend, list[dict[str, object]], list[float]]:
+    """Score two moves on the stub; ``falls``: the loser's first token read on costs -6.0 and
+    each one after -9.0 (else its rest costs -0.3 in all)."""
+    from forethought.models._decode_run import split_candidates
+
+    schema = ActionSchema.from_json_schema(_MOVE)
+    cands = [schema.validate({"action": a, "speed": 0.25}) for a in ("stop", "slow")]
+    tails: list[list[int]] = []
+    bodies: list[dict[str, object]] = []
+    lps: list[float] = []
+    backend = ServerBackend(url="http://stub:1", poll_s=0, transport=_trie_stub(tails, bodies, lps))
     async with backend:
-        prompts = backend.prompts
-        full = [prompts.encode_action(robot_schema.compact(c)) for c in cands]
+        full = [backend.prompts.encode_action(schema.compact(c)) for c in cands]
         tails.extend(split_candidates(full)[1])
-        scores = await backend.score(CONTEXT, "x", cands, robot_schema, deadline=math.inf)
+        assert len(tails[1]) > 2, "the loser needs tokens to read on"
+        rest = len(tails[1]) - 1
+        lps.extend([-6.0] + [-9.0] * (rest - 1) if falls else [-0.3 / rest] * rest)
+        scores = await backend.score(CONTEXT, "x", cands, schema, deadline=math.inf)
+    assert scores.scores is not None
+    return backend, bodies, list(scores.scores)
+
+
+@pytest.mark.usefixtures("smollm2_first_load")
+async def test_a_trie_loser_that_might_win_is_read_on_to_its_exact_score() -> None:
+    """The greedy path through the trie is not always the best candidate: the bound says when."""
+    backend, bodies, scores = await _trie_score(falls=False)
     assert len(bodies) == 2  # the trie, then the one candidate whose bound reached the winner
     assert backend.stats.trie_rescored == 1
-    assert scores.scores is not None
-    assert scores.scores[0] == pytest.approx(-5.0 if len(tails[0]) == 1 else -5.1)
-    assert scores.scores[1] == pytest.approx(-0.3)
-    assert scores.best == 1
+    assert backend.stats.trie_ruled_out == 0
+    assert scores[0] == pytest.approx(-5.1)
+    assert scores[1] == pytest.approx(-0.2 - 0.3)  # read to its end: exact, and the best
+
+
+@pytest.mark.usefixtures("smollm2_first_load")
+async def test_a_loser_read_on_is_stopped_once_it_cannot_win() -> None:
+    """Its request is closed as soon as its running sum falls below the best by the margin."""
+    # -0.2 at the branch, then -6.0: below the winner's -5.1 by more than 1 nat, with tokens
+    # still to come, which the stub would stream at -9 each were they read.
+    backend, bodies, scores = await _trie_score(falls=True)
+    assert len(bodies) == 2
+    assert backend.stats.trie_rescored == 1
+    assert backend.stats.trie_ruled_out == 1
+    assert scores[0] == pytest.approx(-5.1)
+    assert scores[1] == pytest.approx(-6.2)  # an upper bound: the -9 was never read
 
 
 def test_server_urls_are_checked() -> None:

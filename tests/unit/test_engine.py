@@ -13,7 +13,13 @@ import pytest
 from forethought.models import ManagedServerBackend, TransformersBackend
 from forethought.models._engine import choose_engine
 from forethought.models.backends._llama_binary import BUILD_COMMAND
-from forethought.models.backends._trie_score import read_trie, trie_depth, trie_gbnf
+from forethought.models.backends._trie_score import (
+    BestScore,
+    LoserBound,
+    read_trie,
+    trie_depth,
+    trie_gbnf,
+)
 from forethought.planner._method_cost import MeasuredCosts
 from forethought.policies import AgentSpec, ConfigError
 from forethought.runtime import Agent, AgentConfig, EngineConfig
@@ -55,10 +61,25 @@ def test_reading_the_trie_is_exact_on_the_path_and_bounds_the_others() -> None:
     assert reading.scores[1] == pytest.approx(-0.1 - 1.5)  # up to its branch: a bound
     assert reading.scores[2] == pytest.approx(-2.5)
     assert reading.unresolved() == []  # both bounds are below the winner's exact score
+    # Exact so far: the path's tokens and the branch token, which its step's list has.
+    assert reading.known == (3, 2, 1)
+    assert reading.known_scores[1] == pytest.approx(-1.6)
+
+
+def test_a_loser_that_ends_at_its_listed_branch_token_is_exact() -> None:
+    reading = read_trie(
+        [[10, 11, 12], [10, 13]],
+        [10, 11, 12],
+        [-0.1, -0.6, -2.0],
+        [{10: -0.1}, {11: -0.6, 13: -0.7}, {12: -2.0}],
+    )
+    assert reading.exact == (True, True)
+    assert reading.scores[1] == pytest.approx(-0.8)
+    assert reading.unresolved() == []  # exact: nothing to read on
 
 
 def test_a_loser_whose_bound_reaches_the_winner_is_unresolved() -> None:
-    tails = [[10, 11, 12], [10, 13]]
+    tails = [[10, 11, 12], [10, 13, 14]]
     # The greedy path took 11 (-0.6) over 13 (-0.7), then paid -2.0 more: 13 might win.
     reading = read_trie(
         tails, [10, 11, 12], [-0.1, -0.6, -2.0], [{10: -0.1}, {11: -0.6, 13: -0.7}, {12: -2.0}]
@@ -72,7 +93,7 @@ def test_a_loser_within_the_margin_of_the_winner_is_unresolved() -> None:
     # The winner -0.8 exact, the loser bounded at -1.0: out of the running by 0.2 nat, unless
     # the server's scores drift by more than that between requests (the margin).
     reading = read_trie(
-        [[10, 11], [10, 13]], [10, 11], [-0.1, -0.7], [{10: -0.1}, {11: -0.7, 13: -0.9}]
+        [[10, 11], [10, 13, 14]], [10, 11], [-0.1, -0.7], [{10: -0.1}, {11: -0.7, 13: -0.9}]
     )
     assert reading.unresolved() == []
     assert reading.unresolved(margin=0.3) == [1]
@@ -85,6 +106,33 @@ def test_a_branch_token_outside_the_top_list_is_bounded_by_its_lowest() -> None:
     reading = read_trie([[1, 2], [1, 9]], [1, 2], [-0.1, -0.2], [{1: -0.1}, {2: -0.2, 3: -4.0}])
     assert reading.scores[1] == pytest.approx(-4.1)
     assert not reading.exact[1]
+    # Only the shared token is exact; the branch token is the bound's own guess.
+    assert reading.known[1] == 1
+    assert reading.known_scores[1] == pytest.approx(-0.1)
+
+
+def test_a_loser_read_on_stops_once_it_falls_below_the_best() -> None:
+    best = BestScore(-3.0)
+    bound = LoserBound(known=-1.0, length=4, best=best, margin=0.5)
+    assert not bound.enough("", [-1.0])  # -2.0: could still win
+    assert not bound.enough("", [-1.4])  # -3.4: within the margin of the best
+    assert bound.enough("", [-0.2])  # -3.6: ruled out, one token still unread
+    assert not bound.exact
+    assert bound.score == pytest.approx(-3.6)
+    assert best.value == -3.0
+
+
+def test_a_loser_read_to_its_end_is_exact_and_may_become_the_best() -> None:
+    best = BestScore(-3.0)
+    bound = LoserBound(known=-1.0, length=2, best=best, margin=0.5)
+    # One chunk may carry more log-probabilities than the loser has tokens left: extra ones
+    # belong to no token of it (the server's end token).
+    assert bound.enough("", [-0.5, -0.3, -9.0])
+    assert bound.exact
+    assert bound.score == pytest.approx(-1.8)
+    assert best.value == pytest.approx(-1.8)
+    with pytest.raises(ValueError, match="at least one token"):
+        LoserBound(known=0.0, length=0, best=best, margin=0.5)
 
 
 def test_reading_refuses_mismatched_lengths() -> None:
