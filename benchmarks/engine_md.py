@@ -72,8 +72,8 @@ def render(r: dict[str, Any]) -> str:
         f"- score 8 (trie) / generate 1: **{r['score8_over_generate1']:.2f}** (target <= 0.6: "
         f"{_verdict(r['score8_over_generate1'] <= 0.6)}); one request per candidate: "
         f"{r['score8_each_over_generate1']:.2f}",
-        f"- candidates the trie had to score again exactly (a loser's bound reached the "
-        f"winner): {r['trie_rescored']} in all",
+        f"- candidates read on past the trie, each by a request of its own (a loser's bound "
+        f"reached the winner; see docs/guides/engine.md): {r['trie_rescored']} in all",
         "",
         "## Planner batches: branches/s by rows in flight (managed engine, parallel slots)",
         "",
