@@ -117,8 +117,11 @@ def render(r: dict[str, Any]) -> str:
         )
         deadlines = a["deadline_ms_by_type"]
         for kind in sorted(a["by_type"], key=lambda k: deadlines.get(k, 0)):
+            # An undeclared type has no deadline of its own in the spec; the executor gives it
+            # its default (or the event's own), so the page names it undeclared, as reports do.
+            due = f"{deadlines[kind]} ms" if kind in deadlines else "undeclared"
             lines.append(
-                f"| answered in time: {kind} ({deadlines.get(kind, '?')} ms) | "
+                f"| answered in time: {kind} ({due}) | "
                 f"{_pc(a['by_type'][kind]['answered_in_time'])} | "
                 f"{_pc(b['by_type'].get(kind, {}).get('answered_in_time'))} |"
             )

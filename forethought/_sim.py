@@ -18,7 +18,7 @@ from forethought.models import (
     ServerBackend,
     TransformersBackend,
 )
-from forethought.models.backends._server import is_server_url
+from forethought.models.backends._server_url import is_server_url
 from forethought.policies import ConfigError
 from forethought.runtime import AgentConfig
 from forethought.sims import (

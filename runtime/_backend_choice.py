@@ -14,7 +14,7 @@ import importlib.util
 
 from forethought.models import ManagedServerBackend, ModelBackend, ProcessBackend, ServerBackend
 from forethought.models._engine import EngineChoice, choose_engine
-from forethought.models.backends._server import is_server_url
+from forethought.models.backends._server_url import is_server_url
 from forethought.policies import ConfigError
 
 from ._config import AgentConfig

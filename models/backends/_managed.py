@@ -24,7 +24,8 @@ from .._latency import LatencyModel, Prediction
 from .._model_source import DEFAULT_MODEL, resolve_model
 from ..grammar._bounds import OutputBounds
 from ._llama_binary import BUILD_COMMAND, llama_server_path
-from ._server import ServerBackend, ServerLatency
+from ._server import ServerBackend
+from ._server_latency import ServerLatency
 from ._server_process import ServerProcess
 
 __all__ = ["ManagedServerBackend"]

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import orjson
 from pydantic import BaseModel, SecretStr
@@ -49,25 +48,27 @@ from forethought.policies import (
 
 from .._backend import CancelSignal, Generation, GenerationStatus, Scores
 from .._clock import Clock, LoopClock, MonotonicClock
-from .._decode_run import common_prefix, split_candidates
+from .._decode_run import split_candidates
 from .._latency import LatencyModel, Prediction
-from .._model_source import DEFAULT_MODEL, resolve_model
+from .._model_source import resolve_model
 from .._prompt import Prompt, PromptEncoder
 from ..grammar._bounds import OutputBounds, max_output_chars
-from ..grammar._gbnf import Opening, action_gbnf, action_opening, token_gbnf
+from ..grammar._gbnf import token_gbnf
 from ._action_end import ActionEnd
-from ._call_prediction import SentPrefixes, live_call
+from ._action_grammar import ActionGrammar, action_grammar
+from ._call_prediction import SentPrefixes
 from ._server_api import Chunk, ServerAPI, make_api
+from ._server_latency import ServerLatency
+from ._server_url import parse_server_url
 from ._trie_score import BestScore, LoserBound, TrieReading, read_trie, trie_depth, trie_gbnf
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ServerBackend", "ServerLatency", "is_server_url", "parse_server_url"]
+__all__ = ["ServerBackend"]
 
 log = logging.getLogger("forethought.server")
 
-_FAMILIES = ("llama-server", "vllm", "sglang", "openai")
 _TOP = 32
 """Top log-probabilities returned per step of a trie score: enough to bound every sibling."""
 _TRIE_MARGIN_NAT = 1.0
@@ -76,106 +77,6 @@ times the largest drift measured between a cold and a cached prompt (0.145 and 0
 prompts, :mod:`._trie_score`). A wider margin costs only an exact request for a close loser."""
 _MARGIN_S = 0.002
 """Return this long before a deadline, so the caller still has time to use the answer."""
-_PRINTABLE = [chr(c) for c in range(0x20, 0x7F)]
-"""Characters that may follow an action's opening: its last token is forced only if none of
-them would merge with it."""
-
-
-@dataclass(frozen=True, slots=True)
-class ActionGrammar:
-    """What a server decodes an action under: the opening sent as prompt, then a grammar.
-
-    llama-server decodes every token a grammar forces as one step of its own; the opening every
-    action starts with (``{"a":"``, :func:`.action_opening`) is known before the call, so its
-    tokens go with the prompt, prefilled in the same pass, and the grammar admits the rest.
-    """
-
-    forced: tuple[int, ...]
-    """The opening's tokens, as the model would write them, sent after the prompt."""
-    opening: str
-    """The text of :attr:`forced`."""
-    gbnf: str
-    """The grammar of what follows :attr:`forced`."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServerTarget:
-    """Where a server is and how to talk to it, as read from a URL."""
-
-    base_url: str
-    family: str
-    model: str | None
-    tokenizer: str
-
-
-def parse_server_url(url: str) -> ServerTarget:
-    """Read ``http[s]://host:port[/v1][#model=NAME&tokenizer=PATH&api=FAMILY]``.
-
-    ``api`` defaults to ``openai`` (vLLM, SGLang) when the path ends in ``/v1``, else
-    ``llama-server``; ``tokenizer`` (an alias, a model directory or a ``.gguf``) defaults to
-    ``model`` when that names a local model, else to the embedded default's.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError("model", url, "a server URL is http(s)://host:port[/v1][#model=NAME]")
-    options = dict(parse_qsl(parts.fragment))
-    unknown = set(options) - {"model", "tokenizer", "api"}
-    if unknown:
-        raise ConfigError("model", url, f"unknown URL option(s) {sorted(unknown)}")
-    path = parts.path.rstrip("/")
-    family = options.get("api") or ("openai" if path.endswith("/v1") else "llama-server")
-    if family not in _FAMILIES:
-        raise ConfigError("model", url, f"api must be one of {_FAMILIES}")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")]
-    base = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-    model = options.get("model")
-    tokenizer = options.get("tokenizer") or model or DEFAULT_MODEL
-    return ServerTarget(base, family, model, tokenizer)
-
-
-def is_server_url(model: str) -> bool:
-    """True when ``model`` names a server rather than a local model."""
-    return model.startswith(("http://", "https://"))
-
-
-class ServerLatency:
-    """The fitted law plus the server's queue: what a call here is predicted to take.
-
-    Prefill predictions include the round trip and the wait for a free slot (zero while one
-    is free; otherwise the typical remaining call), so a caller's fit check sees the queue.
-    """
-
-    def __init__(self, model: LatencyModel) -> None:
-        self.model = model
-        self.queue_wait_s = 0.0
-
-    def prefill(self, tokens: int) -> Prediction:
-        """Round trip, queue wait and prefill of ``tokens`` uncached tokens."""
-        p = self.model.prefill(tokens)
-        return Prediction(p.p50 + self.queue_wait_s, p.p95 + self.queue_wait_s)
-
-    def step(self, rows: int = 1) -> Prediction:
-        """One streamed token at ``rows`` requests in flight."""
-        return self.model.step(rows)
-
-    def call(self, prefill_tokens: int, steps: int, rows: int = 1) -> Prediction:
-        """A whole call: first token, then ``steps`` more."""
-        step = self.step(rows)
-        return self.prefill(prefill_tokens) + Prediction(step.p50 * steps, step.p95 * steps)
-
-    def live(self, prefill_tokens: int, steps: int) -> Prediction:
-        """One single-row call, its steps' spread added as a sum's (see :func:`.live_call`)."""
-        return live_call(self.prefill(prefill_tokens), self.step(1), steps)
-
-    def typical_steps(self, default: int = 8) -> int:
-        """Tokens a completed action has needed (median)."""
-        return self.model.typical_steps(default)
-
-    @property
-    def observed(self) -> int:
-        """How many measurements the fit has been given, ever."""
-        return self.model.observed
 
 
 @dataclass(slots=True)
@@ -440,37 +341,11 @@ class ServerBackend:
         """The opening and the compact GBNF of ``schema``'s actions (cached)."""
         found = self._grammars.get(schema.fingerprint)
         if found is None:
-            compact = schema.json_schema(ActionForm.COMPACT)
             # Only llama-server takes token ids after the prompt and a grammar together.
-            opening = action_opening(compact) if self._target.family == "llama-server" else None
-            forced = self._forced(opening) if opening is not None else []
-            text = self.prompts.decode(forced)
-            gbnf = action_gbnf(compact, self._bounds, skip=len(text))
-            found = ActionGrammar(tuple(forced), text, gbnf)
+            with_opening = self._target.family == "llama-server"
+            found = action_grammar(self.prompts, schema, self._bounds, with_opening=with_opening)
             self._grammars[schema.fingerprint] = found
         return found
-
-    def _forced(self, opening: Opening) -> list[int]:
-        """The opening's tokens that every action shares, as the model would write them.
-
-        Each way on (an enum's values; else every printable character) is tokenized after the
-        opening; the tokens all of them share, up to the opening's end, are forced. A last
-        token that merges with what follows (``":"`` + ``"``, say) is left to the grammar, so
-        the model never sees a split it would not write itself.
-        """
-        if not opening.text:
-            return []
-        # An enum's values are every way on; anything else (a string's first character, what
-        # follows a value that may end here) may be any character.
-        ways = list(opening.ways_on)
-        if not ways or "" in ways:
-            ways += _PRINTABLE
-        texts = [opening.text + w for w in ways]
-        spelled = [self.prompts.encode_action(t) for t in texts]
-        forced = spelled[0][: common_prefix(spelled)]
-        while forced and not opening.text.startswith(self.prompts.decode(forced)):
-            forced.pop()
-        return forced
 
     async def prepare(self, schema: ActionSchema) -> None:
         """Write the grammar and time one action, so the first fit check knows the server.
