@@ -118,7 +118,7 @@ def render(r: dict[str, Any]) -> str:
         deadlines = a["deadline_ms_by_type"]
         for kind in sorted(a["by_type"], key=lambda k: deadlines.get(k, 0)):
             # An undeclared type has no deadline of its own in the spec; the executor gives it
-            # its default (or the event's own), so the page names it undeclared, as reports do.
+            # its default (or the event's own), so the page names it undeclared.
             due = f"{deadlines[kind]} ms" if kind in deadlines else "undeclared"
             lines.append(
                 f"| answered in time: {kind} ({due}) | "

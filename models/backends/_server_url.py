@@ -1,4 +1,4 @@
-"""Where a server is and how to talk to it, read from the URL a user gives as ``--model``."""
+"""Where a server is and how to talk to it, read from its URL (``--model``, ``--backend``)."""
 
 from __future__ import annotations
 
