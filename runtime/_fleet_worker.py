@@ -63,8 +63,66 @@ server's default 30 s.
 """
 
 
+_NO_PLACEMENT = 10005
+"""JetStream's ``err_code`` for "no suitable peers for placement": a replica's node is not
+(yet) counted as an online peer by the meta leader."""
+_NOT_AVAILABLE = 10008
+"""JetStream's ``err_code`` for "JetStream system temporarily unavailable" (503): no meta leader
+yet. A 503 without it is nats-py's answer to no responders at all (JetStream not enabled)."""
+_PLACE_RETRY_S = (0.2, 2.0)
+"""The first and the longest pause between tries of a placement the cluster cannot make yet."""
+
+
+def _not_placeable_yet(exc: BaseException) -> bool:
+    """The cluster cannot place a replicated stream now, and may once its peers are back.
+
+    While a node starts (or restarts), ``/healthz`` already answers and clients connect, but
+    the meta leader counts a peer online only once it has heard from it; until then, and while
+    a leader is elected, creating a stream is refused. Any other refusal (more replicas than
+    nodes, JetStream not enabled, a bucket that exists with other settings, a permission) is
+    final.
+    """
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+        return exc.err_code == _NOT_AVAILABLE
+    # The same code answers a request no cluster could meet (more replicas than nodes); only
+    # a peer that is offline may come back.
+    return (
+        isinstance(exc, nats.js.errors.APIError)
+        and exc.err_code == _NO_PLACEMENT
+        and "offline" in (exc.description or "")
+    )
+
+
 async def ensure_fleet(js: JetStreamContext, config: FleetConfig) -> None:
-    """Create the fleet's buckets and demand stream where missing (idempotent)."""
+    """Create the fleet's buckets and demand stream where missing (idempotent).
+
+    A cluster that cannot place them yet (see :func:`_not_placeable_yet`) is waited for, as a
+    fleet not yet reachable is: tried again with a pause that doubles up to 2 s, logged once.
+    """
+    pause, longest = _PLACE_RETRY_S
+    said = False
+    while True:
+        try:
+            await _create_fleet(js, config)
+        except nats.js.errors.APIError as exc:
+            if not _not_placeable_yet(exc):
+                raise
+            if not said:
+                log.warning(
+                    "fleet %s: the cluster cannot place its %d-replica streams yet (%s); "
+                    "trying again until it can",
+                    config.names.fleet,
+                    config.replicas,
+                    exc.description,
+                )
+                said = True
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, longest)
+        else:
+            return
+
+
+async def _create_fleet(js: JetStreamContext, config: FleetConfig) -> None:
     names = config.names
     r = config.replicas
     await js.create_key_value(bucket=names.tree, history=1, replicas=r)

@@ -141,7 +141,11 @@ class NatsCluster:
         self.wait_healthy()
 
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
-        """Wait until every running node answers ``/healthz`` (JetStream current)."""
+        """Wait until every running node is healthy and the cluster can place a stream.
+
+        Healthy: ``/healthz`` answers (JetStream current). In a cluster, also: the meta leader
+        counts every running node as an online peer.
+        """
         deadline = time.monotonic() + timeout_s
         for node in self.nodes:
             if node.process is None:
@@ -161,6 +165,45 @@ class NatsCluster:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"nats-server {node.name} not healthy in {timeout_s} s")
                 time.sleep(0.1)
+        # A leader election after a whole-cluster restart can take longer than a node's start.
+        deadline = time.monotonic() + 2 * timeout_s
+        while len(self.nodes) > 1 and not self._placement_ready():
+            # /healthz answers before the meta leader has heard from every peer; until it
+            # has, creating a replicated stream fails with "no suitable peers for placement,
+            # peer offline" (err_code 10005).
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the JetStream meta group not ready in {2 * timeout_s} s")
+            time.sleep(0.1)
+
+    def _meta_cluster(self, node: _Node) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{node.http_port}/jsz", timeout=1
+            ) as reply:
+                meta = json.loads(reply.read()).get("meta_cluster")
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def _placement_ready(self) -> bool:
+        """The meta leader sees every running node as a current, online peer.
+
+        Only the leader tracks its peers (a follower lists the others as not current), and a
+        placement is the leader's decision, so its view is the one that counts.
+        """
+        running = {n.name for n in self.nodes if n.process is not None}
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            meta = self._meta_cluster(node)
+            if meta is None or meta.get("leader") != node.name:
+                continue
+            peers = {r.get("name"): r for r in meta.get("replicas") or []}
+            return all(
+                name in peers and peers[name].get("current") and not peers[name].get("offline")
+                for name in running - {node.name}
+            )
+        return False  # no running node is the leader yet
 
     def kill(self, index: int | None = None) -> None:
         """SIGKILL node ``index`` (or every node): no goodbye, as a power loss."""

@@ -170,3 +170,61 @@ async def test_the_planner_writes_only_claimed_branches_and_shares_them() -> Non
     assert link.wrote
     assert {n.key for n in link.wrote} == {b.key for b in first} - refused
     assert all(planner._tree.lookup(n.fingerprint, n.key) == n for n in link.wrote)
+
+
+class _RefusingJetStream:
+    """JetStream's create calls, refused with ``errors`` first, then accepted (recorded)."""
+
+    def __init__(self, errors: Sequence[Exception]) -> None:
+        self.errors = list(errors)
+        self.created: list[str] = []
+
+    async def create_key_value(self, *, bucket: str, **_: object) -> None:
+        self._call(bucket)
+
+    async def add_stream(self, *, name: str, **_: object) -> None:
+        self._call(name)
+
+    def _call(self, name: str) -> None:
+        if self.errors:
+            raise self.errors.pop(0)
+        self.created.append(name)
+
+
+async def test_the_fleet_waits_for_a_peer_offline_and_refuses_an_impossible_placement(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import nats.js.errors
+
+    from forethought.runtime._fleet_worker import ensure_fleet
+
+    config = FleetConfig(url="nats://127.0.0.1:4222", name="t", replicas=3)
+    names = config.names
+    offline = nats.js.errors.BadRequestError(
+        code=400, err_code=10005, description="no suitable peers for placement, peer offline"
+    )
+    electing = nats.js.errors.ServiceUnavailableError(
+        code=503, err_code=10008, description="JetStream system temporarily unavailable"
+    )
+    js = _RefusingJetStream([offline, offline, electing])
+    with caplog.at_level("WARNING", logger="forethought.fleet"):
+        await ensure_fleet(js, config)  # type: ignore[arg-type]
+    assert js.created == [names.tree, names.claims, names.demand]
+    assert js.errors == []  # each refusal was waited out, and the calls went on
+    said = [r.getMessage() for r in caplog.records if "cannot place" in r.getMessage()]
+    assert len(said) == 1  # logged once,
+    assert "peer offline" in said[0]  # with the server's reason
+
+    # The same code for more replicas than nodes: no peer will come back, so it is final.
+    impossible = nats.js.errors.BadRequestError(
+        code=400, err_code=10005, description="no suitable peers for placement"
+    )
+    js = _RefusingJetStream([impossible])
+    with pytest.raises(nats.js.errors.BadRequestError, match="no suitable peers"):
+        await ensure_fleet(js, config)  # type: ignore[arg-type]
+    assert js.created == []
+    # No responders at all (JetStream not enabled): nats-py's bare 503, final too.
+    js = _RefusingJetStream([nats.js.errors.ServiceUnavailableError()])
+    with pytest.raises(nats.js.errors.ServiceUnavailableError):
+        await ensure_fleet(js, config)  # type: ignore[arg-type]
+    assert js.created == []
