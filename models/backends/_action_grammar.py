@@ -4,8 +4,8 @@ llama-server decodes every token a grammar forces as one step of its own. Every 
 schema starts with the same text (``{"a":"``, :func:`.action_opening`), known before the call,
 so its tokens go with the prompt, prefilled in the same pass, and the grammar admits only what
 follows them (the opening's last token stays with the grammar when it could merge with what
-comes next). The tokens are the ones the model itself would write: a split it never saw in training
-would cost it probability on the very first free token.
+comes next). The tokens are the ones the model itself would write: a split it never saw in
+training would cost it probability on the very first free token.
 """
 
 from __future__ import annotations
