@@ -1,7 +1,10 @@
 """Whether an event is still worth deciding: its age, its deadline, and the policy for neither.
 
-Applied once per event, when the serve loop takes it (after its deadline is resolved, before
-any tier runs). An event is refused -- reported on the bus's errors channel, never decided,
+Applied when the serve loop takes an event (after its deadline is resolved, before any tier
+runs), and again, by :meth:`Freshness.at_send`, at the last moment before its decision is sent:
+a decision made or about to go out after the deadline is dropped, reported and counted, never
+sent late (under CPU starvation the tiers, the default included, can finish past it). An event
+is refused -- reported on the bus's errors channel, never decided,
 so no action for it reaches an actuator -- when:
 
 * its deadline passed: ``expired: waited N ms before arrival, ...`` (the deadline counts from
@@ -64,6 +67,8 @@ class FreshnessStats:
     """Answered with the default only: nothing said when they were sent."""
     from_the_future: int = 0
     """Refused: sent later than the agent's clock says it is, by more than the bound."""
+    late: int = 0
+    """Decided, but not sent: the deadline had passed when the decision was to go out."""
 
     def as_dict(self) -> dict[str, int]:
         """Plain data."""
@@ -117,6 +122,25 @@ class Freshness:
                 self.stats.default_only += 1
                 return Verdict(replace(event, default_only=True))
         return Verdict(event)
+
+    def at_send(self, event: Event, decided_at: float, now: float) -> str | None:
+        """Why a decision made at ``decided_at`` for ``event`` must not be sent at ``now``.
+
+        None while ``now`` is within the event's deadline (the one :meth:`judge` capped).
+        Otherwise the reason to report instead (``late: ...``), counted: an action is never
+        sent after its deadline, whichever tier made it.
+        """
+        deadline = event.deadline
+        if deadline is None or now <= deadline:
+            return None
+        self.stats.late += 1
+        took = (decided_at - event.arrived_at) * 1e3
+        past = (now - deadline) * 1e3
+        return (
+            f"late: not sent, {past:.1f} ms past its deadline at sending (decided {took:.1f} ms "
+            f"after arrival, {(now - decided_at) * 1e3:.1f} ms before sending); the machine "
+            "may be overloaded"
+        )
 
 
 def _expired(event: Event, now: float) -> str:

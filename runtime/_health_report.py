@@ -103,6 +103,8 @@ class AgeSection(BaseModel):
     no_age: int
     default_only: int
     from_the_future: int
+    late: int = 0
+    """Decided, but not sent: the deadline had passed when the decision was to go out."""
 
 
 class ModelSection(BaseModel):

@@ -7,6 +7,7 @@ One event's walk, each step in one place::
     agent.arrive()     its absolute deadline, resolved once, from when it was sent
     Freshness.judge()  expired, unknown-age and from-the-future ones are refused here
     agent.decide()     state patch, executor (tree, score, live, default), effects, planner
+    Freshness.at_send() the deadline again, at the last moment: a decision past it is not sent
     bus.publish()      the decision (or bus.reject() with why it was not decided)
 
 At most ``max_concurrent`` events are being decided at once. Past that the loop stops taking
@@ -117,6 +118,14 @@ async def _handle(agent: Served, bus: EventBus, event: Event) -> None:
         # reported, and the loop and every other event go on.
         log.exception("deciding %s failed", event.id)
         await bus.reject(event, f"not decided: {exc!r}"[:300])
+        return
+    # Nothing awaits between this check and the hand-over to the bus (each bus's publish
+    # queues the message before its first await): a starved CPU can make any tier, the
+    # default included, finish past the deadline, and such an action is never sent.
+    late = agent.freshness.at_send(event, decision.decided_at, asyncio.get_running_loop().time())
+    if late is not None:
+        agent.rejected += 1
+        await bus.reject(event, late)
         return
     await bus.publish(event, decision)
     if decision.out_of_space:

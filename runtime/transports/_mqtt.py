@@ -593,6 +593,11 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
         keeps it, and sends it (again) on every connection until the broker has it; a
         redelivered event's decision is not handed over a second time. Returns once the
         broker has it (the event is acknowledged then), or has refused it (reported).
+
+        The serve loop checked the deadline just before this call, and nothing here awaits
+        before the session has the message: a decision past its deadline never gets here.
+        One held through an outage goes out when the connection is back, carrying its
+        ``deadline_ns`` for the actuator to drop if it came too late.
         """
         body = orjson.dumps(decision.payload())
         if event.id in self._published or event.id in self._sending:

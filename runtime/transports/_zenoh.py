@@ -325,7 +325,10 @@ class ZenohBus(SupportsAgentId, SupportsStatus, SupportsBusStats):
     # -- outgoing -----------------------------------------------------------------------------
 
     async def publish(self, event: Event, decision: Decision) -> None:
-        """Put the decision on ``actions`` (and answer the event's ``decide`` query, if any)."""
+        """Put the decision on ``actions`` (and answer the event's ``decide`` query, if any).
+
+        The serve loop checked the deadline just before this call; nothing awaits between.
+        """
         if self._actions is None:
             raise NotStarted("ZenohBus")
         body = orjson.dumps(decision.payload())

@@ -20,6 +20,7 @@ import orjson
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from starved_backend import StarvedBackend
 
 from forethought import Agent, AgentConfig, AgentSpec
 from forethought.models import ScriptedBackend
@@ -211,9 +212,12 @@ async def test_send_prints_the_agents_refusal_and_times_out_on_a_stopped_agent(
     assert refused.startswith("error: refused: deadline_ms: Input should be greater than 0"), (
         refused
     )
-    # 1 ms is spent in transit: refused as expired, or decided late and saying why.
+    # 1 ms is spent in transit: refused as expired, or decided and then not sent past the
+    # deadline (``late: not sent``), or decided in time but inside the margin, saying why.
     if code_late == 2:
-        assert late.err.startswith("error: refused: expired: waited "), late.err
+        assert late.err.startswith(
+            ("error: refused: expired: waited ", "error: refused: late: not sent, ")
+        ), late.err
     else:
         decision = orjson.loads(late.out)
         assert decision["met"] is False
@@ -264,3 +268,29 @@ async def test_fresh_events_behind_an_expired_backlog_are_delivered(
                 await topics.until(lambda: set(fresh) <= set(topics.actions), 5.0)
     assert sorted(set(fresh) & set(topics.actions)) == fresh, topics.errors
     assert not {f"old{i}" for i in range(100)} & set(topics.actions)
+
+
+async def test_an_action_decided_past_its_deadline_is_never_published(
+    broker: Broker, agent_id: str
+) -> None:
+    """R11 on a loaded machine had one action decided after its event's deadline (taken in
+    time, then starved of CPU) reach the actions topic. The deadline is checked again at the
+    last moment before the hand-over: such an action is refused on the errors topic and
+    counted, never published. Checked to fail without that check (the action came, ``met``
+    false)."""
+    bus = MqttBus(url=broker.url, agent_id=agent_id, reconnect_min_s=0.05, keepalive=2)
+    backend = StarvedBackend(score_s=0.0, prefill_s=0.001, step_s=0.0001)
+    config = AgentConfig(planner={"enabled": False})  # no tree: the scoring tier answers
+    starved = Agent(AgentSpec.from_data(SPEC), backend=backend, bus=bus, config=config)
+    async with watching(broker, agent_id) as (topics, client), starved:
+        await bus.wait_connected(10)
+        body = {"id": "starved", "type": "ping", "params": {"n": 1}, "deadline_ms": 300}
+        await publish(client, agent_id, body | {"sent_at_ns": time.time_ns()})
+        await topics.until(lambda: "starved" in topics.errors)
+        fresh = {"id": "after", "type": "pose", "params": {"x": 1}, "deadline_ms": 5000}
+        await publish(client, agent_id, fresh | {"sent_at_ns": time.time_ns()})
+        await topics.until(lambda: "after" in topics.actions)  # QoS 1, in order: it came after
+        report = starved.health()
+    assert "starved" not in topics.actions
+    assert topics.errors["starved"].startswith("late: not sent, "), topics.errors["starved"]
+    assert report.counters.age.late == 1
