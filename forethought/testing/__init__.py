@@ -17,7 +17,7 @@ from ._faulty_backend import INJECTED_FAULTS, FaultyBackend
 from ._llama_server import LLAMA_CPP_VERSION, LlamaServer, build_llama_server, llama_server_path
 from ._mosquitto import MosquittoBroker, mosquitto_path
 from ._nats import NatsCluster, NatsUser, nats_server_path
-from ._polling import until
+from ._polling import until, until_holds, until_holds_blocking
 from ._ports import free_port
 
 __all__ = [
@@ -35,4 +35,6 @@ __all__ = [
     "mosquitto_path",
     "nats_server_path",
     "until",
+    "until_holds",
+    "until_holds_blocking",
 ]

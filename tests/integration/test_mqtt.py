@@ -22,7 +22,7 @@ from forethought.runtime import ActedIds, Event, MqttBus, stamp_event
 from forethought.runtime._event import Arrival, parse_payload
 from forethought.runtime.transports._mqtt import payload_bytes
 from forethought.testing import MosquittoBroker as Broker
-from forethought.testing import until
+from forethought.testing import until, until_holds
 
 pytestmark = pytest.mark.broker
 
@@ -141,7 +141,10 @@ async def test_a_response_topic_outside_the_agents_prefix_is_not_published_to(
         )
         (action,) = await listener.wait("actions")  # decided, on its own actions topic
         assert action["body"]["id"] == "e3"
-        await asyncio.sleep(0.3)
+        # A reply would have gone right after that action, on the same session: once the
+        # next event's action is in, anything published for e3 is in too.
+        await client.publish(f"forethought/{agent_id}/events/ping", event(4), qos=1)
+        await listener.wait("actions", 2)
         assert "inbox" not in listener.got  # nothing published under another agent
         assert bus.stats.replies_refused == 1
 
@@ -313,6 +316,18 @@ async def test_simulator_replays_through_the_broker(
     assert all(r.latency_ms < 2000 for r in run.records)
 
 
+async def _marker(agent: Agent, bus: MqttBus, listener: Listener, i: int, before: int) -> None:
+    """Publish a decision for a new event ``e<i>`` and wait until it is the ``before``-th
+    action: the agent's actions go out in order on one session, so whatever it published
+    before the marker has arrived by then."""
+    await until_holds(lambda: bus.connected, 10, "the agent connected")  # not a held one
+    marker = agent.arrive(
+        Event.from_payload(parse_payload(event(i), max_bytes=65_536), arrival=Arrival.now())
+    )
+    await bus.publish(marker, await agent.decide(marker))
+    await listener.wait("actions", before)
+
+
 async def test_two_copies_of_an_event_in_flight_are_actuated_once(
     broker: Broker, agent_id: str
 ) -> None:
@@ -327,8 +342,8 @@ async def test_two_copies_of_an_event_in_flight_are_actuated_once(
         decision = await agent.decide(copy)
         await asyncio.gather(bus.publish(copy, decision), bus.publish(copy, decision))
         await listener.wait("actions", 1)
-        await asyncio.sleep(0.3)  # time for a second action to show up
-        assert [a["body"]["id"] for a in listener.got["actions"]] == ["e7"]
+        await _marker(agent, bus, listener, 9, before=2)  # a second copy would be in by then
+        assert [a["body"]["id"] for a in listener.got["actions"]] == ["e7", "e9"]
         assert bus.stats.repeats_suppressed == 1
 
 
@@ -362,9 +377,10 @@ async def test_a_decision_whose_ack_a_frozen_broker_never_sent_is_actuated_once(
         async with asyncio.timeout(15):
             await publishing
         await listener.wait("actions", copies)
-        await asyncio.sleep(0.5)  # time for a copy too many to show up
+        await _marker(agent, bus, listener, 9, before=copies + 1)  # a copy too many: in by then
         ids = [a["body"]["id"] for a in listener.got["actions"]]
-        assert ids == ["e8"] * copies
+        assert ids == ["e8"] * copies + ["e9"]
+        ids.pop()  # the marker
         assert bus.stats.republished == 1
         # Either way an actuator acting once per id (what the README asks of one) acts once.
         acted = ActedIds(window_s=60.0)
@@ -479,7 +495,14 @@ async def crashing(
         async with asyncio.timeout(15):
             await until(subscribed.is_set, 10.0)
             await until(lambda: bus.connected, 10.0)
-        await asyncio.sleep(1.5)  # the agent's reconnection, and what it sends again
+        # What the reconnection sends again goes out before the agent says it is connected;
+        # a decision published after it comes after it, on one session, in order.
+        marker = agent.arrive(
+            Event.from_payload(parse_payload(event(9), max_bytes=65_536), arrival=Arrival.now())
+        )
+        await bus.publish(marker, await agent.decide(marker))
+        await until_holds(lambda: "e9" in got, 15, "the marker decision at the actuator")
+        got.remove("e9")
         reading.cancel()
 
 
@@ -627,7 +650,7 @@ async def test_a_refusal_made_while_the_broker_is_down_goes_out_once_it_is_back(
         broker.stop()
         assert await until(lambda: not bus.connected, 10.0) is not None
         refusing = asyncio.create_task(bus.reject(ev, "expired: waited 900 ms before arrival"))
-        await asyncio.sleep(0.3)
+        await until_holds(lambda: bus._completions, 10, "the refusal handed to the session")
         assert not refusing.done()  # it waits for the broker, as a decision does
         broker.start()
         async with asyncio.timeout(15):
@@ -667,7 +690,10 @@ async def test_a_refusal_a_broker_lost_with_our_session_is_published_again(
             Event.from_payload(parse_payload(event(8), max_bytes=65_536), arrival=Arrival.now())
         )
         await bus.reject(ev, "expired: waited 900 ms before arrival")  # the broker has it
-        await asyncio.sleep(2.0)
+        done_at = asyncio.get_running_loop().time()
+        # Until the probe has heard the broker past the resend window (0.5 s) after it:
+        # only the replay can publish the refusal again then.
+        await until_holds(lambda: bus._heard_at > done_at + 1.0, 10, "the probe's answer")
         assert bus.connected
         broker.stop()
         broker.start()  # not persistent: every session and queued message is gone

@@ -194,9 +194,9 @@ def test_the_charged_clock_charges_idle_time_exactly_when_the_model_was_idle() -
         assert isinstance(loop, VirtualTimeLoop)
         clock = ChargedClock(loop, profile)
         took = [await clock.replay(shapes)]  # at once: the model was idle 0 s
-        await asyncio.sleep(0.1)
+        loop.advance(0.1)  # virtual time: nothing else is scheduled in between
         took.append(await clock.replay(shapes))
-        await asyncio.sleep(0.5)
+        loop.advance(0.5)
         took.append(await clock.replay(shapes))
         return took, clock.idle_calls, clock.idle_s
 
@@ -227,7 +227,7 @@ def test_a_longer_idle_time_is_charged_its_own_cost() -> None:
         clock = ChargedClock(loop, profile)
         took = []
         for pause in (0.1, 0.5, 2.0):
-            await asyncio.sleep(pause)
+            loop.advance(pause)  # virtual time: nothing else is scheduled in between
             took.append(await clock.replay(shapes))
         return took
 

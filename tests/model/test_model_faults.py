@@ -21,7 +21,7 @@ from forethought.models import CancelSignal, GenerationStatus, ProcessBackend
 from forethought.models._health import PlannerHealth
 from forethought.planner import PlannerConfig
 from forethought.policies import ActionSchema, BackendError, InvalidAction
-from forethought.testing import FaultyBackend
+from forethought.testing import FaultyBackend, until_holds
 
 SCHEMA = ActionSchema.from_json_schema(
     {
@@ -65,8 +65,7 @@ async def test_a_killed_or_stuck_worker_is_replaced(tiny_model_dir: Path) -> Non
         first = be.worker_pid
         assert first is not None
         os.kill(first, signal.SIGKILL)  # between calls
-        while be.worker_alive:  # noqa: ASYNC110 - the exit is only seen by polling
-            await asyncio.sleep(0.01)
+        await until_holds(lambda: not be.worker_alive, 30, "the killed worker's exit")
         t0 = loop.time()
         with pytest.raises(BackendError, match="starting it again"):
             await be.generate("ctx", ["p"], SCHEMA, deadline=loop.time() + 30)
@@ -85,8 +84,7 @@ async def test_a_killed_or_stuck_worker_is_replaced(tiny_model_dir: Path) -> Non
         call = asyncio.ensure_future(
             be.generate("ctx", ["p"], LONG, deadline=loop.time() + 30, max_new_tokens=400)
         )
-        while be.calls == calls:  # noqa: ASYNC110 - no event says "sent"
-            await asyncio.sleep(0.001)
+        await until_holds(lambda: be.calls != calls, 30, "the call sent")  # no event says it
         assert second is not None
         os.kill(second, signal.SIGKILL)
         with pytest.raises(BackendError, match="exited during the call"):

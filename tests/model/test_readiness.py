@@ -17,6 +17,7 @@ from forethought._commands import log_coverage
 from forethought.models import TransformersBackend
 from forethought.planner import PlannerConfig
 from forethought.runtime import CountersSection, HealthReport, ModelSection, TreeSection
+from forethought.testing import until_holds
 
 pytestmark = pytest.mark.model
 
@@ -145,15 +146,21 @@ async def test_run_logs_coverage_while_planning(
         logger = asyncio.create_task(log_coverage(agent, every_s=0.01))
         await agent.until_covered(min_coverage=1.0, timeout=120)
         assert agent.planner is not None
-        async with asyncio.timeout(30):
-            while not agent.planner.sleeping:  # noqa: ASYNC110 - the planner's own flag
-                await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)  # a few ticks of the logger after the planner fell asleep
+        planner = agent.planner
+        await until_holds(lambda: planner.sleeping, 30, "the planner asleep")
+        err: list[str] = []
+
+        def idle_said() -> bool:
+            err.append(capsys.readouterr().err)
+            return "forethought: planner idle" in "".join(err)
+
+        await until_holds(idle_said, 30, "the logger's line for the planner asleep")
         logger.cancel()
         with pytest.raises(asyncio.CancelledError):
             await logger
         nodes = len(agent.tree)
-    lines = [line for line in capsys.readouterr().err.splitlines() if "the tree answers" in line]
+    err.append(capsys.readouterr().err)
+    lines = [line for line in "".join(err).splitlines() if "the tree answers" in line]
     assert lines[0].startswith("forethought: planning: the tree answers ")
     assert lines[-1] == (
         "forethought: planner idle, nothing left worth writing: the tree answers 100.0% of the "

@@ -20,6 +20,7 @@ from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec, ConfigError
 from forethought.runtime import Agent, AgentConfig, Decision, Tier
 from forethought.runtime._watchdog import StallWatchdog
+from forethought.testing import until_holds
 
 SPEC = robot_spec(
     "stall",
@@ -27,8 +28,12 @@ SPEC = robot_spec(
 )
 
 
-def _agent(on_stall: object) -> Agent:
-    backend = ScriptedBackend(score_s=0.4, live_s=0.4, prefill_s=0.01, step_s=0.001)
+def _backend() -> ScriptedBackend:
+    return ScriptedBackend(score_s=0.4, live_s=0.4, prefill_s=0.01, step_s=0.001)
+
+
+def _agent(on_stall: object, backend: ScriptedBackend | None = None) -> Agent:
+    backend = backend or _backend()
     config = AgentConfig.defaults(
         planner=PlannerConfig(enabled=False),
         watchdog={"enabled": True, "stall_ms": 100, "guard_ms": 30},
@@ -52,12 +57,13 @@ async def test_a_stalled_loop_gets_the_default_before_the_deadline() -> None:
     def on_stall(d: Decision) -> None:  # the watchdog's thread
         emitted.append((d, time.monotonic()))
 
-    async with _agent(on_stall) as agent:
+    backend = _backend()
+    async with _agent(on_stall, backend) as agent:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         payload = {"id": "s1", "type": "obstacle", "params": {"side": "left"}}
         task = asyncio.create_task(agent.decide(payload))
-        await asyncio.sleep(0.02)  # the executor is in its model call now
+        await until_holds(lambda: "score" in backend.calls, 5, "the executor in its model call")
         _stall(0.6)
         decision = await task
         again = await agent.decide(payload)
@@ -81,10 +87,11 @@ async def test_a_stalled_loop_gets_the_default_before_the_deadline() -> None:
 
 
 async def test_without_on_stall_stalls_are_counted_and_decisions_stand() -> None:
-    async with _agent(None) as agent:
+    backend = _backend()
+    async with _agent(None, backend) as agent:
         payload = {"id": "s2", "type": "obstacle", "params": {"side": "right"}}
         task = asyncio.create_task(agent.decide(payload))
-        await asyncio.sleep(0.02)
+        await until_holds(lambda: "score" in backend.calls, 5, "the executor in its model call")
         _stall(0.3)
         decision = await task
         assert agent.watchdog is not None
