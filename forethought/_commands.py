@@ -165,7 +165,9 @@ async def _connected(
         return serving
     if timeout_s == 0:
         display.say(f"forethought: waiting for the broker at {bus.url}")
-    waiter = asyncio.ensure_future(bus.wait_connected(timeout_s or None))
+    waiter = asyncio.create_task(
+        bus.wait_connected(timeout_s or None), name="forethought.run.connected"
+    )
     with display.step(f"bus: connecting to {bus.url}"):
         await asyncio.wait([serving, waiter], return_when=asyncio.FIRST_COMPLETED)
         if serving.done():

@@ -295,7 +295,7 @@ class Agent:
             runner = asyncio.create_task(self._run(started), name=f"forethought[{self.spec.name}]")
             self._runner = runner
             stack.push_async_callback(_cancel_and_wait, runner)
-            waiter = asyncio.ensure_future(started.wait())
+            waiter = asyncio.create_task(started.wait(), name="forethought.agent.started")
             await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             if runner.done():  # a task failed while starting: unwind, and say why
@@ -315,7 +315,7 @@ class Agent:
         runner = self._runner
         if runner is None:
             raise NotStarted("Agent")
-        waiter = asyncio.ensure_future(stop.wait())
+        waiter = asyncio.create_task(stop.wait(), name="forethought.agent.stop")
         try:
             await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -307,7 +307,9 @@ def _selection(scenario: Scenario, rounds: int) -> Cost:
             ev = events[i % len(events)]
             now = loop.time()
             event = Event(f"m{i}", ev.type, dict(ev.params), arrived_at=now, deadline=now + 60)
-            decision = await asyncio.create_task(executor.decide(event, state))
+            decision = await asyncio.create_task(
+                executor.decide(event, state), name="sims.measure.decide"
+            )
             if decision.tier is Tier.TREE:
                 seconds.append(loop.time() - now)
         return seconds[len(seconds) // 10 :]  # the first tenth warms caches up

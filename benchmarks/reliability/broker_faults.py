@@ -52,7 +52,7 @@ from forethought.models import ModelBackend
 from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec
 from forethought.runtime import ActedIds, Topics, stamp_event
-from forethought.runtime.transports._mqtt import _read_disconnect
+from forethought.runtime.transports._paho_session import read_disconnect
 from forethought.testing import MosquittoBroker, until
 
 from .specs import FAULTS_SPEC, heartbeat_node
@@ -108,7 +108,7 @@ async def _sensor(
         # for its PUBACK ends in a timeout, and the "unexpected disconnection" stays unread:
         # asyncio logs it when this client is collected (traced: every such log of the R3
         # bench came from here).
-        _read_disconnect(client)
+        read_disconnect(client)
         await asyncio.sleep(0.05)  # the broker is down: try again soon
 
 

@@ -335,7 +335,7 @@ class ProcessBackend:
             conn.close()
         self.restarts += 1
         log.warning("model worker is gone: starting a new one (restart %d)", self.restarts)
-        self._starting = asyncio.ensure_future(self._restart(old))
+        self._starting = asyncio.create_task(self._restart(old), name="forethought.worker.restart")
 
     async def _restart(self, old: Any) -> None:
         if old is not None:
@@ -393,14 +393,18 @@ class ProcessBackend:
                 raise BackendError("the model worker had exited: starting it again") from None
             self.calls += 1
             # A dedicated thread waits for the reply; cancelling the await cancels the call.
-            reader = asyncio.ensure_future(asyncio.to_thread(self._recv))
+            reader = asyncio.create_task(
+                asyncio.to_thread(self._recv), name="forethought.worker.reply"
+            )
             try:
                 reply = await asyncio.shield(reader)
             except asyncio.CancelledError:
                 # Return now (the caller's deadline is not ours to spend): the worker stops
                 # before its next forward pass, and the next call takes the reply first.
                 flag.value = 1
-                self._draining = asyncio.ensure_future(self._drain(reader))
+                self._draining = asyncio.create_task(
+                    self._drain(reader), name="forethought.worker.drain"
+                )
                 raise
         if reply is None:
             self._replace()

@@ -731,7 +731,9 @@ class ServerBackend:
             asyncio.create_task(self._stream(b, s, rows, end), name="forethought.server.request")
             for b, s, end in zip(bodies, streams, readers, strict=True)
         ]
-        stopper: asyncio.Task[Any] = asyncio.create_task(stop.wait())
+        stopper: asyncio.Task[Any] = asyncio.create_task(
+            stop.wait(), name="forethought.server.stop"
+        )
         # The loop's clock and this backend's are the same clock unless one was injected.
         budget = None if math.isinf(deadline) else max(deadline - _MARGIN_S - self._now(), 0.0)
         budget = min(budget, self._timeout_s) if budget is not None else self._timeout_s

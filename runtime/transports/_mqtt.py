@@ -60,7 +60,6 @@ from typing import TYPE_CHECKING, Any, Self
 
 import aiomqtt
 import orjson
-from paho.mqtt.client import MQTT_ERR_NO_CONN, MQTT_ERR_SUCCESS
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from pydantic import Field
@@ -76,6 +75,7 @@ from .._id_window import MQTT_PUBLISHED_MAX_IDS, IdWindow
 from ._bus import BusStats
 from ._drop_oldest import DropOldestQueue
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
+from ._paho_session import PahoSession
 from ._topics import Topics
 
 if TYPE_CHECKING:
@@ -97,41 +97,6 @@ def parse_mqtt_url(url: str) -> tuple[str, int]:
     """``mqtt://host:port`` or ``mqtts://host:port`` -> (host, port); 1883 / 8883 by default."""
     host, port, _ = parse_broker_url(url)
     return host, port
-
-
-def _paho(client: aiomqtt.Client) -> Any:
-    """The paho client inside an aiomqtt one.
-
-    aiomqtt 2 exposes neither manual acks nor the packet id of a publish, which the session's
-    completions are matched by.
-    """
-    return client._client  # aiomqtt is pinned to 2.x; the R3 tests exercise both
-
-
-def _drain(client: aiomqtt.Client) -> int:
-    """Drop messages a dead connection left in the client's queue; how many.
-
-    Their acknowledgements would name packet ids of that connection, so they must not be
-    handled on the next: unacknowledged, the broker sends QoS 1 ones again.
-    """
-    queue = client._queue  # the same pin as _paho
-    dropped = 0
-    while not queue.empty():
-        queue.get_nowait()
-        dropped += 1
-    return dropped
-
-
-def _read_disconnect(client: aiomqtt.Client) -> None:
-    """Mark how the last connection ended as read.
-
-    aiomqtt keeps it in a future that the next connection of a reused client replaces; when
-    a connection died while no message loop was waiting on it (say, during the subscribe),
-    nothing read it, and asyncio would log "exception was never retrieved".
-    """
-    ended = client._disconnected  # the same pin as _paho
-    if ended.done() and not ended.cancelled():
-        ended.exception()
 
 
 def payload_bytes(message: aiomqtt.Message) -> bytes:
@@ -307,6 +272,8 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
         self._pending: DropOldestQueue[Event] = DropOldestQueue(queue_size)
         self._client: aiomqtt.Client | None = None
         """One for the bus's life (made on first use): its session outlives connections."""
+        self._paho: PahoSession | None = None
+        """What aiomqtt does not offer (acks, packet ids, session present): _paho_session."""
         self._generation = 0
         """Counts connections: a packet id is acknowledged only on the one that brought it."""
         self._connected = asyncio.Event()
@@ -411,8 +378,9 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
                 )
             finally:
                 self._connected.clear()
-                self.stats.stale_dropped += _drain(client)
-                _read_disconnect(client)
+                paho = self._paho_session()
+                self.stats.stale_dropped += paho.drain()
+                paho.read_disconnect()
             if self.stats.connects != connects:  # it was up: start the backoff again
                 delay = self._backoff[0]
             await asyncio.sleep(delay)
@@ -440,26 +408,24 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
             # Small messages on a deadline: Nagle plus delayed ACKs would add ~40 ms.
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         )
-        paho = _paho(client)
-        paho.manual_ack_set(True)
-        theirs = paho.on_publish
-
-        def completed(c: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
-            theirs(c, userdata, mid, reason, props)  # aiomqtt's own publish() waits on it
-            done = self._completions.pop(mid, None)
-            if done is not None and not done.done():
-                done.set_result(int(getattr(reason, "value", 0)))
-
-        paho.on_publish = completed
-        their_connect = paho.on_connect
-
-        def connected(c: Any, userdata: Any, flags: Any, reason: Any, props: Any = None) -> None:
-            self._session_present = bool(getattr(flags, "session_present", True))
-            their_connect(c, userdata, flags, reason, props)
-
-        paho.on_connect = connected
+        self._paho = PahoSession(client, on_completed=self._completed, on_connack=self._connack)
         self._client = client
         return client
+
+    def _paho_session(self) -> PahoSession:
+        """The paho side of the bus's one client (made with it)."""
+        self._session_client()
+        assert self._paho is not None
+        return self._paho
+
+    def _completed(self, mid: int, reason: int) -> None:
+        """A publish's handshake completed (paho's thread-free callback, on the loop)."""
+        done = self._completions.pop(mid, None)
+        if done is not None and not done.done():
+            done.set_result(reason)
+
+    def _connack(self, session_present: bool) -> None:
+        self._session_present = session_present
 
     async def _connection(self, client: aiomqtt.Client) -> None:
         """Serve one connection until it fails (it ends only by an exception)."""
@@ -497,6 +463,8 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
             raise
         finally:
             prober.cancel()
+            # Awaited, not abandoned; asyncio.wait, so a cancellation of this task stays ours.
+            await asyncio.wait([prober])
 
     async def _probe(self, client: aiomqtt.Client) -> None:
         """Notice a broker that stopped answering, within 1.25 x keepalive.
@@ -528,7 +496,7 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
                 # normal goodbye (and drop our will), and its answer would never come. Our
                 # end of the socket closed, paho sees the connection lost, the message loop
                 # ends, and the session resends what was in flight on the next one.
-                sock = _paho(client).socket()
+                sock = self._paho_session().socket()
                 if sock is not None:
                     with contextlib.suppress(OSError):
                         sock.shutdown(socket.SHUT_RDWR)
@@ -704,10 +672,7 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
         Connected or not: paho keeps a QoS 1 or 2 message until its handshake completes and
         sends it on every connection until then (``MQTT_ERR_NO_CONN`` means just that here).
         """
-        info = _paho(self._session_client()).publish(topic, body, qos, False, properties)
-        if info.rc not in (MQTT_ERR_SUCCESS, MQTT_ERR_NO_CONN):
-            raise aiomqtt.MqttCodeError(info.rc, "the session did not take the message")
-        return int(info.mid)
+        return self._paho_session().publish(topic, body, qos, properties)
 
     async def publish_status(self, report: HealthReport) -> None:
         """Replace the retained status with ``report`` (skipped while disconnected)."""
@@ -749,12 +714,12 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
         them again (the session is persistent), and the copy is acknowledged then.
         """
         for generation, mid in self._unacked.pop(event_id, ()):
-            if generation == self._generation and self._client is not None and self.connected:
-                _paho(self._client).ack(mid, 1)
+            if generation == self._generation and self._paho is not None and self.connected:
+                self._paho.ack(mid)
 
     def _ack_now(self, message: aiomqtt.Message) -> None:
-        if message.qos > 0 and self._client is not None and self.connected:
-            _paho(self._client).ack(message.mid, 1)
+        if message.qos > 0 and self._paho is not None and self.connected:
+            self._paho.ack(message.mid)
 
     def _report_soon(
         self,
