@@ -85,7 +85,9 @@ async def test_lifecycle_decide_state_and_snapshot(
         oos = await agent.decide({"id": "2", "type": "teleport", "params": {}, "deadline_ms": 50})
         assert oos.out_of_space
         assert oos.tier is not Tier.TREE
-        assert loop.time() >= 0
+        assert agent.spec.action_schema().validate(oos.action)  # never an invalid action
+        assert oos.budget_s == pytest.approx(0.05 - 0.005)  # its own deadline, less the margin
+        assert oos.decided_at <= loop.time()
         stats = agent.stats()
         assert stats["executor"]["decisions"] == 2
         assert stats["tree"]["nodes"] > 0
