@@ -16,15 +16,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from tiers import Collected, unit_tier_violations
 
-from forethought.models import TransformersBackend
-from forethought.models._model_load import LoadedModel, load_model
-from forethought.models._model_source import resolve_model
 from forethought.policies import ActionSchema
 from forethought.testing import MosquittoBroker, mosquitto_path
+
+if TYPE_CHECKING:  # the local extra (torch, transformers): imported by the fixtures using it
+    from forethought.models import TransformersBackend
+    from forethought.models._model_load import LoadedModel
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -74,6 +76,9 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def smollm2_first_load(model_cache: Path) -> LoadedModel:
     """The embedded model's first (converting) load in this session's cache."""
+    from forethought.models._model_load import load_model
+    from forethought.models._model_source import resolve_model
+
     return load_model(
         resolve_model("smollm2-135m"), device="cpu", dtype="float32", cache_dir=model_cache
     )
@@ -111,6 +116,8 @@ def tiny_model_dir(
 @pytest.fixture(scope="session")
 def tiny_backend(tiny_model_dir: Path) -> TransformersBackend:
     """A loaded, warmed TransformersBackend on the tiny model (fp32, CPU, llguidance)."""
+    from forethought.models import TransformersBackend
+
     backend = TransformersBackend(model=str(tiny_model_dir), device="cpu", dtype="float32")
     backend.load()
     return backend

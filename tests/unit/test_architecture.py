@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from extras import needs
 from public_packages import PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,6 +137,7 @@ CURATED = PACKAGES
 
 
 def test_a_package_is_imported_only_for_its_public_names() -> None:
+    needs("torch", "local")  # every public name resolves: the local backend's too
     # A private name is imported from the module that defines it, never through a package:
     # the package's __all__ is the whole of what it offers (layers, CLI, tests, benchmarks,
     # scripts alike).
@@ -233,6 +235,7 @@ def test_a_public_name_resolves_lazily() -> None:
 
 
 def _lint_imports(*args: str) -> subprocess.CompletedProcess[str]:
+    needs("importlinter", "dev")  # import-linter runs the contracts
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "lint_imports.py"), *args],
         capture_output=True,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch", reason="needs the local extra: pip install 'forethought[local]'")
+
 from forethought.models import ManagedServerBackend, TransformersBackend
 from forethought.models._engine import choose_engine
 from forethought.models.backends._llama_binary import BUILD_COMMAND

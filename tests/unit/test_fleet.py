@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+
+pytest.importorskip("nats", reason="needs the fleet extra: pip install 'forethought[fleet]'")
+
 from fleet_support import spec
 from hypothesis import given
 from hypothesis import strategies as st

@@ -16,15 +16,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import jsonschema
-import llguidance
-import orjson
 import pytest
-from llguidance.gbnf_to_lark import gbnf_to_lark
 
-from forethought.models.grammar._bounds import OutputBounds
-from forethought.models.grammar._gbnf import action_gbnf, action_opening
-from forethought.policies import ActionForm, SchemaError
-from forethought.sims import load_scenario
+llguidance = pytest.importorskip(
+    "llguidance", reason="needs the local extra: pip install 'forethought[local]'"
+)
+import orjson  # noqa: E402
+from llguidance.gbnf_to_lark import gbnf_to_lark  # noqa: E402
+
+from forethought.models.grammar._bounds import OutputBounds  # noqa: E402
+from forethought.models.grammar._gbnf import action_gbnf, action_opening  # noqa: E402
+from forethought.policies import ActionForm, SchemaError  # noqa: E402
+from forethought.sims import load_scenario  # noqa: E402
 
 _EOS = 256
 

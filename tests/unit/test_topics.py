@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from extras import needs
 
 from forethought.policies import ConfigError
 from forethought.runtime import MqttBus, MqttConfig, Topics, ZenohBus, ZenohConfig
@@ -39,6 +40,7 @@ def test_an_mqtt_bus_from_its_config_section() -> None:
 
 
 def test_a_zenoh_bus_from_its_config_section() -> None:
+    needs("zenoh", "zenoh")
     cfg = ZenohConfig(connect=["tcp/127.0.0.1:1"], agent_id="z1", queue_size=3)
     bus = ZenohBus.from_config(cfg)
     assert bus.agent_id == "z1"

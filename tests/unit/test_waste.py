@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 import yaml
+from extras import needs
 
 from forethought.models import ScriptedBackend
 from forethought.policies._events import EventKey
@@ -111,6 +112,7 @@ def test_a_type_that_follows_another_weighs_in_at_its_long_run_share(tmp_path: P
 
 
 def test_every_replay_reports_the_reference_beside_its_waste(tmp_path: Path) -> None:
+    needs("matplotlib", "report")  # the report's figure
     # Plumbing (a scripted model is enough here): the planner figures carry the reference at
     # the tree's own coverage, and the table and the JSON show it.
     trace = [{"at_ms": 2000 + 500 * i, "type": "ping"} for i in range(6)]
