@@ -24,24 +24,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from ._errors import ForethoughtError, error_path
-from ._spec_fields import SpecFields
+from ._spec_fields import EVENT_EXTRA_KEYS, SpecFields, event_keys, required_spec_keys, spec_keys
 
 __all__ = ["Problem", "StateValues", "check_spec", "did_you_mean", "validation_problems"]
 
 Severity = Literal["error", "warning"]
 
-_SPEC_KEYS = (
-    "name",
-    "description",
-    "action",
-    "default_action",
-    "state",
-    "state_fields",
-    "state_grids",
-    "state_tolerance",
-    "events",
-    "candidates",
-)
+# Every key list derives from the models of record (:mod:`._spec_fields`): a field declared
+# there is known here, to the loader and to the JSON Schema at once. Only the examples below
+# are this module's own, and a test checks there is one for each required key.
 _REQUIRED = {
     "name": "name: my-agent",
     "description": "description: what the agent controls and what matters (the model reads it)",
@@ -49,17 +40,6 @@ _REQUIRED = {
     "default_action": "default_action: {...} (the safe action; it must validate against action)",
     "events": "events: [{type: obstacle, deadline_ms: 500, params: {...}}]",
 }
-_EVENT_KEYS = (
-    "type",
-    "params",
-    "deadline_ms",
-    "weight",
-    "effects",
-    "description",
-    "tolerance",
-    "state_fields",
-    "accept",
-)
 _GRID_KEYS = ("min", "max", "step")
 _CATEGORICAL_WORDS = ("enum", "values", "choices", "options", "one_of", "oneOf", "items")
 
@@ -186,19 +166,21 @@ class _Checker:
     # -- top level ---------------------------------------------------------------------------
 
     def top_level(self) -> None:
-        known = (*_SPEC_KEYS, *sorted(self.extra))
+        spec_fields = spec_keys()
+        known = (*spec_fields, *sorted(self.extra))
         for key in self.data:
             if not isinstance(key, str) or key not in known:
                 self.error(str(key), self.data[key], "unknown key", did_you_mean(str(key), known))
-        for key, example in _REQUIRED.items():
+        for key in required_spec_keys():
             if key not in self.data:
+                example = _REQUIRED.get(key, f"{key}: ...")
                 self.error(key, None, "required key is missing", f"write {example}")
         # The plain fields, through the model of record (events and the cross-field rules are
         # checked below, where each problem can be named on its own).
         fields = {
             k: v
             for k, v in self.data.items()
-            if k in _SPEC_KEYS and k not in ("events", "action", "default_action", "candidates")
+            if k in spec_fields and k not in ("events", "action", "default_action", "candidates")
         }
         fields |= {"events": [], "action": {}, "default_action": {}}
         try:
@@ -231,16 +213,17 @@ class _Checker:
             if not isinstance(ev, Mapping):
                 self.error(where, ev, "an event type is a mapping", _REQUIRED["events"])
                 continue
+            known_keys = event_keys()
             for key in ev:
-                if key not in _EVENT_KEYS:
+                if key not in known_keys:
                     self.error(
                         f"{where}.{key}",
                         ev[key],
                         "unknown key",
-                        did_you_mean(str(key), _EVENT_KEYS),
+                        did_you_mean(str(key), known_keys),
                     )
             params, grid_names = self.params(where, ev.get("params", {}))
-            plain = {k: v for k, v in ev.items() if k in _EVENT_KEYS and k != "accept"}
+            plain = {k: v for k, v in ev.items() if k in known_keys and k not in EVENT_EXTRA_KEYS}
             plain |= {"params": {}, "effects": {}, "tolerance": {}}
             _, problems = _validate(EventType, plain, where)
             self.problems += [p for p in problems if p.path != where]  # cross-field: below
