@@ -222,7 +222,8 @@ class _Checker:
                         "unknown key",
                         did_you_mean(str(key), known_keys),
                     )
-            params, grid_names = self.params(where, ev.get("params", {}))
+            raw_params = ev.get("params", {})
+            params, grid_names = self.params(where, raw_params)
             plain = {k: v for k, v in ev.items() if k in known_keys and k not in EVENT_EXTRA_KEYS}
             plain |= {"params": {}, "effects": {}, "tolerance": {}}
             _, problems = _validate(EventType, plain, where)
@@ -238,7 +239,8 @@ class _Checker:
                     )
                 seen.setdefault(etype, i)
                 grids[etype] = grid_names
-            self.effects(where, ev.get("effects", {}), params)
+            domains = raw_params if isinstance(raw_params, Mapping) else {}
+            self.effects(where, ev.get("effects", {}), params, domains)
             self.tolerance(where, ev.get("tolerance", {}), params, grid_names)
             fields = ev.get("state_fields")
             if isinstance(fields, list):
@@ -322,7 +324,9 @@ class _Checker:
         if len(set(map(repr, domain))) != len(domain):
             self.error(path, domain, "lists a value twice", "list each value once")
 
-    def effects(self, where: str, effects: Any, params: set[str]) -> None:
+    def effects(
+        self, where: str, effects: Any, params: set[str], domains: Mapping[str, Any]
+    ) -> None:
         if not isinstance(effects, Mapping):
             self.error(
                 f"{where}.effects",
@@ -349,6 +353,29 @@ class _Checker:
                 )
             elif not isinstance(value, str) or not value.startswith("$"):
                 self.same_kind(path, field, value)
+            elif value[1:] in domains:
+                self.copied_kind(path, field, value, domains[value[1:]])
+
+    def copied_kind(self, path: str, field: str, ref: str, domain: object) -> None:
+        """Warn when ``$param`` copies values of another kind than ``field`` starts with."""
+        initial = self.state.get(field)
+        if initial is None:
+            return
+        if isinstance(domain, Mapping):
+            kinds = {"number"}  # a grid
+        elif isinstance(domain, list):
+            kinds = {_kind(v) for v in domain}
+        else:
+            return
+        if kinds != {_kind(initial)}:
+            shown = " or ".join(sorted(kinds))
+            self.warn(
+                path,
+                ref,
+                f"copies {ref} (a {shown}) into state.{field}, which starts as a "
+                f"{_kind(initial)} ({initial!r})",
+                f"copy a parameter whose values are {_kind(initial)}s, or set a literal",
+            )
 
     def same_kind(self, path: str, field: str, value: object) -> None:
         """Warn when ``value`` is of another kind than the state's initial value of ``field``."""
@@ -536,6 +563,37 @@ class StateValues:
                     if isinstance(domain, Grid):
                         values[field] = None
                     elif domain is not None:
+                        known.update(_hashable(v) for v in domain)
+                else:
+                    known.add(_hashable(value))
+        return cls(values)
+
+    @classmethod
+    def of_document(cls, data: Mapping[str, Any]) -> StateValues:
+        """The same declarations read leniently from a spec document that may not load.
+
+        ``check`` uses it to warn about unreachable conditions even while other parts of the
+        spec have errors.
+        """
+        state = data.get("state")
+        values: dict[str, set[object] | None] = {}
+        for field, initial in state.items() if isinstance(state, Mapping) else ():
+            values[field] = None if _kind(initial) == "number" else {_hashable(initial)}
+        events = data.get("events")
+        for t in events if isinstance(events, list) else ():
+            if not isinstance(t, Mapping) or not isinstance(t.get("effects"), Mapping):
+                continue
+            raw_params = t.get("params")
+            params: Mapping[str, Any] = raw_params if isinstance(raw_params, Mapping) else {}
+            for field, value in t["effects"].items():
+                known = values.get(field)
+                if known is None:
+                    continue
+                if isinstance(value, str) and value.startswith("$"):
+                    domain = params.get(value[1:])
+                    if isinstance(domain, Mapping):
+                        values[field] = None
+                    elif isinstance(domain, list):
                         known.update(_hashable(v) for v in domain)
                 else:
                     known.add(_hashable(value))
