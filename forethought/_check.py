@@ -25,7 +25,7 @@ from forethought.sims import resolve_profile
 from forethought.sims._scenario import SCENARIO_KEYS
 from forethought.sims._scenario_check import check_accept, check_scenario
 
-__all__ = ["CheckResult", "PlanCost", "plan_cost", "run_check"]
+__all__ = ["CheckResult", "PlanCost", "plan_cost", "reachable_states", "run_check"]
 
 _CHARS_PER_TOKEN = 3.5
 REPLAY_KEYS = ("trace", "generate", "mcap")
@@ -81,7 +81,7 @@ class CheckResult:
         return sum(p.severity == "error" for p in self.problems)
 
 
-def _reachable(spec: AgentSpec) -> tuple[list[WorldState], bool]:
+def reachable_states(spec: AgentSpec) -> tuple[list[WorldState], bool]:
     """The initial state and every state event effects lead to (breadth first, capped)."""
     space = spec.event_space()
     start = spec.initial_state()
@@ -108,7 +108,7 @@ def plan_cost(spec: AgentSpec, profile: str = DEFAULT_PROFILE) -> PlanCost:
     Seconds: one batched call per (state, type) group of up to the planner's batch size, each a
     prefill of the context and the rows' event texts, then one decode pass per action token.
     """
-    states, capped = _reachable(spec)
+    states, capped = reachable_states(spec)
     space = spec.event_space()
     schema = spec.action_schema()
     action_text = schema.compact(schema.validate(spec.default_action))
