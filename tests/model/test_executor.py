@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -409,4 +410,6 @@ def test_a_backend_that_predicts_its_live_calls_is_asked_for_this_event(
         assert d.met
     else:
         assert d.tier is Tier.DEFAULT
-        assert ("live", "p95 500.0 ms does not fit") in d.skipped
+        (why,) = [why for tier, why in d.skipped if tier == "live"]
+        assert re.fullmatch(r"p95 500 ms > budget 2\d\d ms: does not fit", why), why
+        assert d.payload()["skipped"]["live"] == why  # the reason goes out on the wire
