@@ -267,6 +267,7 @@ def short_checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.timeout(1500)  # two model loads and replays on a busy 2-core machine
 def test_the_replays_run_as_written_on_a_short_scenario(short_checkout: Path) -> None:
     """Both documented replays, on the embedded model (about a minute each on 2 cores)."""
     (quick,) = _block("docs/guides/simulator.md#1").text.strip().splitlines()
