@@ -381,7 +381,7 @@ def _sim(args: argparse.Namespace) -> None:
 
         run_matrix(
             scenarios=[args.scenario] if args.scenario else None,
-            profiles=[args.profile] if args.profile else None,
+            profiles=_profiles(args.profile) if args.profile else None,
             model=args.model,
             device=args.device,
             dtype=args.dtype,
