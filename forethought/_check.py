@@ -14,20 +14,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from forethought.models import LatencyModel
+from forethought.models import LatencyModel, LatencyProfile
 from forethought.models._prompt import state_context
 from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec, ConfigError, ForethoughtError
 from forethought.policies._spec import load_document
 from forethought.policies._spec_check import Problem, check_spec
 from forethought.policies._state import WorldState
-from forethought.sims import PROFILES
+from forethought.sims import resolve_profile
 from forethought.sims._scenario import SCENARIO_KEYS
-from forethought.sims._scenario_check import check_scenario
+from forethought.sims._scenario_check import check_accept, check_scenario
 
-__all__ = ["CheckResult", "PlanCost", "plan_cost", "run_check"]
+__all__ = ["CheckResult", "PlanCost", "plan_cost", "reachable_states", "run_check"]
 
 _CHARS_PER_TOKEN = 3.5
+REPLAY_KEYS = ("trace", "generate", "mcap")
+"""The keys that make a file a scenario to check as one (a spec may carry a profile, say)."""
 _MAX_STATES = 256
 
 
@@ -57,6 +59,8 @@ class PlanCost:
     prompt_tokens: int
     profile: str
     seconds: float
+    figures: LatencyProfile
+    """The profile's figures (``profile`` is its name, or the figures as given)."""
 
     @property
     def branches(self) -> int:
@@ -77,7 +81,7 @@ class CheckResult:
         return sum(p.severity == "error" for p in self.problems)
 
 
-def _reachable(spec: AgentSpec) -> tuple[list[WorldState], bool]:
+def reachable_states(spec: AgentSpec) -> tuple[list[WorldState], bool]:
     """The initial state and every state event effects lead to (breadth first, capped)."""
     space = spec.event_space()
     start = spec.initial_state()
@@ -95,18 +99,22 @@ def _reachable(spec: AgentSpec) -> tuple[list[WorldState], bool]:
     return list(seen.values()), bool(frontier)
 
 
-def plan_cost(spec: AgentSpec, profile: str = "cpu-2core-smollm2") -> PlanCost:
+DEFAULT_PROFILE = "cpu-2core-smollm2"
+
+
+def plan_cost(spec: AgentSpec, profile: str = DEFAULT_PROFILE) -> PlanCost:
     """Branches per type over the reachable states, and seconds to plan them all on ``profile``.
 
     Seconds: one batched call per (state, type) group of up to the planner's batch size, each a
     prefill of the context and the rows' event texts, then one decode pass per action token.
     """
-    states, capped = _reachable(spec)
+    states, capped = reachable_states(spec)
     space = spec.event_space()
     schema = spec.action_schema()
     action_text = schema.compact(schema.validate(spec.default_action))
     tokens = max(1, round(len(action_text) / _CHARS_PER_TOKEN))
-    law = LatencyModel(PROFILES[profile], fixed=True)
+    figures = resolve_profile(profile)
+    law = LatencyModel(figures, fixed=True)
     batch = PlannerConfig().batch_size
     abstraction = spec.state_abstraction()
     types = []
@@ -133,32 +141,72 @@ def plan_cost(spec: AgentSpec, profile: str = "cpu-2core-smollm2") -> PlanCost:
         prompt_tokens=context_tokens,
         profile=profile,
         seconds=seconds,
+        figures=figures,
     )
 
 
+def pricing_profile(given: str | None, data: object) -> str:
+    """The profile the plan is priced under: ``given`` (``--profile``), else the file's.
+
+    Else the default. Figures are kept as ``step_ms=X,prefill_us_per_token=Y``; a profile that needs
+    the model (``cpu-measured``) is refused, since check loads none.
+    """
+    text = given
+    if text is None and isinstance(data, dict):
+        own = data.get("profile")
+        if isinstance(own, dict):
+            text = ",".join(f"{k}={v}" for k, v in own.items())
+        elif isinstance(own, str):
+            text = own
+    text = text or DEFAULT_PROFILE
+    if text == "cpu-measured":
+        raise ConfigError(
+            "--profile",
+            text,
+            "check loads no model to measure with: give a shipped profile "
+            "or figures (step_ms=X,prefill_us_per_token=Y)",
+        )
+    resolve_profile(text)  # a ConfigError naming the value and the choices
+    return text
+
+
 def check_file(
-    path: Path, *, scenario: bool | None = None, profile: str = "cpu-2core-smollm2"
+    path: Path, *, scenario: bool | None = None, profile: str | None = None
 ) -> CheckResult:
-    """Check ``path``: as a scenario when it has a trace/generate block or ``scenario`` is set."""
-    if profile not in PROFILES:
-        raise ConfigError("--profile", profile, f"choose one of {', '.join(PROFILES)}")
+    """Check ``path``: as a scenario when it has a trace/generate block or ``scenario`` is set.
+
+    The plan is priced under ``profile`` (a name or figures), else the file's ``profile:``.
+    """
+    if profile is not None:
+        pricing_profile(profile, None)  # a bad --profile is refused before anything is read
     data = load_document(path)
     as_scenario = scenario or (
-        scenario is None and isinstance(data, dict) and any(k in data for k in SCENARIO_KEYS)
+        scenario is None and isinstance(data, dict) and any(k in data for k in REPLAY_KEYS)
     )
     spec_log = logging.getLogger("forethought.spec")
     level = spec_log.level
     spec_log.setLevel(logging.ERROR)  # the warnings are this command's output, once
     try:
-        problems = check_scenario(data, str(path)) if as_scenario else check_spec(data)
+        problems = (
+            check_scenario(data, str(path))
+            if as_scenario
+            else check_spec(data, extra_keys=SCENARIO_KEYS)
+        )
+        if not as_scenario:
+            problems += check_accept(data)  # grading rules a spec file carries for later
         cost = None
-        if not any(p.severity == "error" for p in problems):
+        priced: str | None = None
+        try:
+            priced = pricing_profile(profile, data)
+        except ConfigError as exc:  # the file's own profile: one more problem of the file
+            problems.append(Problem("error", "profile", exc.value, exc.problem))
+        if priced is not None and not any(p.severity == "error" for p in problems):
             header = {k: v for k, v in data.items() if k not in SCENARIO_KEYS}
             header["events"] = [
                 {k: v for k, v in e.items() if k != "accept"} for e in header["events"]
             ]
             try:
-                cost = plan_cost(AgentSpec.from_data(header, source=str(path)), profile)
+                cost = plan_cost(AgentSpec.from_data(header, source=str(path)), priced)
             except ForethoughtError as exc:  # a rule the checker does not know of
                 problems.append(Problem("error", str(path), None, str(exc)))
     finally:
@@ -184,11 +232,11 @@ def print_result(result: CheckResult, path: Path, out: TextIO) -> None:
                 f"{t.branches:>6} branches  (depends on {on})",
                 file=out,
             )
-        fig = PROFILES[cost.profile]
+        fig = cost.figures
         print(
             f"planning cost: {cost.branches} branches x ~{cost.tokens_per_action} tokens = "
             f"~{cost.branches * cost.tokens_per_action} tokens; ~{cost.seconds:.1f} s to plan "
-            f"them all under {cost.profile} (step {fig.step_base_s * 1e3:.0f} ms, prefill "
+            f"them all under {cost.profile} (step {fig.step_base_s * 1e3:.3g} ms, prefill "
             f"{fig.prefill_per_token_s * 1e6:.0f} us/token; tokens estimated, no model loaded)",
             file=out,
         )
@@ -197,7 +245,7 @@ def print_result(result: CheckResult, path: Path, out: TextIO) -> None:
     print(f"{path}: {verdict}: {result.errors} errors, {n_warn} warnings", file=out)
 
 
-def run_check(path: Path, *, scenario: bool | None, profile: str, out: TextIO) -> int:
+def run_check(path: Path, *, scenario: bool | None, profile: str | None, out: TextIO) -> int:
     """``forethought check``: 0 when the file has no errors (warnings allowed), else 1."""
     result = check_file(path, scenario=scenario, profile=profile)
     print_result(result, path, out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -95,15 +96,15 @@ def _parser() -> argparse.ArgumentParser:
         "--profile",
         default=None,
         help="simulated device: a shipped profile (cpu-2core-smollm2, design-note-gpu, gpu-8b, "
-        "cpu-8b-q4), cpu-measured, or step_ms=8.6,prefill_us_per_token=50; several shipped "
-        "profiles, comma-separated, replay side by side",
+        "cpu-8b-q4), cpu-measured, or figures step_ms=8.6,prefill_us_per_token=50; several "
+        "(names or figures), comma-separated, replay side by side",
     )
     sim.add_argument(
         "--events",
         type=int,
         default=None,
         metavar="N",
-        help="replay only the scenario's first N events (with several profiles)",
+        help="replay only the scenario's first N events (any number of profiles)",
     )
     sim.add_argument("--model", default=None, help="as bench's (default: smollm2-135m)")
     sim.add_argument(
@@ -269,8 +270,10 @@ def _add_check(sub: Any) -> None:
     )
     check.add_argument(
         "--profile",
-        default="cpu-2core-smollm2",
-        help="the shipped device profile the planning cost is given under",
+        default=None,
+        help="the device the planning cost is given under: a shipped profile's name or figures "
+        "(step_ms=8.6,prefill_us_per_token=50); default: the file's profile, else "
+        "cpu-2core-smollm2",
     )
     tree = sub.add_parser(
         "tree", help="what a policy tree holds (keys, actions, model, age), or would hold"
@@ -378,7 +381,7 @@ def _sim(args: argparse.Namespace) -> None:
 
         run_matrix(
             scenarios=[args.scenario] if args.scenario else None,
-            profiles=[args.profile] if args.profile else None,
+            profiles=_profiles(args.profile) if args.profile else None,
             model=args.model,
             device=args.device,
             dtype=args.dtype,
@@ -400,7 +403,7 @@ def _sim(args: argparse.Namespace) -> None:
             dtype=args.dtype,
             json_path=args.json,
         )
-    elif args.profile is not None and "," in args.profile:
+    elif args.profile is not None and len(_profiles(args.profile)) > 1:
         from forethought._side_by_side import run_profiles  # noqa: PLC0415 - loads torch
         from forethought._sim import strategy_names  # noqa: PLC0415
 
@@ -408,7 +411,7 @@ def _sim(args: argparse.Namespace) -> None:
             raise ConfigError("scenario", None, "give a scenario file")
         run_profiles(
             scenario_path=args.scenario,
-            profiles=[p.strip() for p in args.profile.split(",")],
+            profiles=_profiles(args.profile),
             events=args.events,
             strategy=strategy_names(args.strategy),
             seed=args.seed,
@@ -443,11 +446,27 @@ def _sim(args: argparse.Namespace) -> None:
             mapping=args.map,
             spec=args.spec,
             engine=args.engine,
+            events=args.events,
         )
 
 
+def _profiles(text: str) -> list[str]:
+    """``--profile``'s profiles, each checked before anything loads (names or figures)."""
+    from forethought.sims._profiles import validate_profiles  # noqa: PLC0415
+
+    return validate_profiles(text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit status (one branch per command, nothing shared)."""
+    """Run the CLI; returns the process exit status. A closed pipe ends it quietly."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    """Run one command (one branch per command, nothing shared)."""
     args = _parser().parse_args(argv)
     if args.command in ("bench", "sim") and args.model is None:
         # Read here, not at import: the planner package is heavy and `check` must start fast.
@@ -536,6 +555,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``forethought tree | head``): stop quietly, as ``yes | head`` does.
+
+    Standard output is pointed at /dev/null so the interpreter's last flush cannot raise again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
 
 
 if __name__ == "__main__":

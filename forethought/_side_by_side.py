@@ -11,6 +11,7 @@ profiles (no wall times), so a re-run prints the same bytes.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,16 +19,16 @@ from typing import Any
 import orjson
 
 from forethought._progress import Bars
-from forethought.models import TransformersBackend
+from forethought.models import LatencyProfile, TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
-    PROFILES,
     STRATEGIES,
     Scenario,
     StrategyRun,
     load_scenario,
     metrics,
     replay,
+    resolve_profile,
     write_report,
 )
 from forethought.sims._fidelity import add_references
@@ -129,9 +130,9 @@ def run_side_by_side(
     bars: Bars,
 ) -> dict[str, dict[str, StrategyRun]]:
     """Replay ``scenario`` under each profile; print the table and each profile's line."""
-    unknown = [p for p in profiles if p not in PROFILES]
-    if unknown:
-        raise ConfigError("--profile", ",".join(profiles), f"unknown {unknown}: {list(PROFILES)}")
+    # Names or figures (step_ms=X,prefill_us_per_token=Y), each its own column.
+    with bars.wait("profiles"):
+        resolved = {p: resolve_profile(p, backend, scenario) for p in profiles}
     events = scenario.events()
     memo: dict[Any, Any] = {}
     if "live-naive" in strategies:
@@ -144,7 +145,7 @@ def run_side_by_side(
             scenario,
             backend,
             strategies=tuple(strategies),
-            profile=PROFILES[pname],
+            profile=resolved[pname],
             seed=seed,
             memo=memo,
             progress=functools.partial(tick, 1),
@@ -162,9 +163,9 @@ def run_side_by_side(
     for pname, runs in all_runs.items():
         add_references(scenario, runs, backend, refs)
         figures[pname] = {name: metrics(run) for name, run in runs.items()}
-    _print(scenario, model, profiles, strategies, figures, len(events))
+    _print(scenario, model, resolved, strategies, figures, len(events))
     if json_path is not None:
-        _write_json(json_path, scenario, model, figures)
+        _write_json(json_path, scenario, model, resolved, figures)
         print(f"json: {json_path}")
     if report is not None:
         for pname, runs in all_runs.items():
@@ -176,7 +177,7 @@ def run_side_by_side(
 def _print(
     scenario: Scenario,
     model: str,
-    profiles: Sequence[str],
+    profiles: Mapping[str, LatencyProfile],
     strategies: Sequence[str],
     figures: Mapping[str, Mapping[str, Mapping[str, Any]]],
     n_events: int,
@@ -186,15 +187,21 @@ def _print(
         f"{scenario.name}: {n_events} events (deadlines {deadlines[0]:g}-{deadlines[-1]:g} ms), "
         f"model {model}, virtual clock, seed {scenario.seed}"
     )
-    for pname in profiles:
-        fig = profile_figures(PROFILES[pname])
+    for pname, prof in profiles.items():
+        fig = profile_figures(prof)
         print(
             f"  {pname}: step {fig['step_ms']:g} ms, prefill {fig['prefill_us_per_token']:g} "
             "us/token"
         )
     print(_table(strategies, figures))
-    for pname in profiles:
-        step = profile_figures(PROFILES[pname])["step_ms"]
+    wall = {s: sum(figures[p][s]["wall_s"] or 0.0 for p in profiles) for s in strategies}
+    total = sum(wall.values())
+    if total > 0:
+        parts = ", ".join(f"{s} {w:.1f} s ({100 * w / total:.0f} %)" for s, w in wall.items())
+        # Standard error: the table on standard output stays the same bytes on a re-run.
+        print(f"wall clock of the replays: {parts}; total {total:.1f} s", file=sys.stderr)
+    for pname, prof in profiles.items():
+        step = profile_figures(prof)["step_ms"]
         print(verdict(pname, figures[pname], step))
 
 
@@ -202,6 +209,7 @@ def _write_json(
     path: Path,
     scenario: Scenario,
     model: str,
+    profiles: Mapping[str, LatencyProfile],
     figures: Mapping[str, Mapping[str, Mapping[str, Any]]],
 ) -> None:
     """Per profile and strategy, the metrics without wall times (a re-run writes the same)."""
@@ -212,7 +220,7 @@ def _write_json(
         "seed": scenario.seed,
         "profiles": {
             p: {
-                "figures": profile_figures(PROFILES[p]),
+                "figures": profile_figures(profiles[p]),
                 "strategies": {
                     s: {k: v for k, v in m.items() if k not in _MEASURED} for s, m in runs.items()
                 },

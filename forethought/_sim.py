@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from forethought._progress import Bars
+from forethought._side_by_side import first_events
 from forethought.models import (
     LatencyProfile,
     ManagedServerBackend,
@@ -40,27 +41,17 @@ from forethought.sims import (
 )
 from forethought.sims._agreement import compare_clocks
 from forethought.sims._fidelity import add_references
-from forethought.sims._profiles import profile_figures
+from forethought.sims._profiles import profile_figures, validate_profiles
 
-__all__ = ["run_matrix", "run_sim", "strategy_names"]
+__all__ = ["run_matrix", "run_sim", "strategy_names", "wall_share"]
 
 DEFAULT_PROFILE = "cpu-2core-smollm2"
 
 
-def _progress(total: int) -> Callable[[], None]:
-    done = [0]
-    tty = sys.stderr.isatty()
-
-    def tick() -> None:
-        done[0] += 1
-        if tty:
-            print(f"\r  {done[0]}/{total} decisions", end="", file=sys.stderr, flush=True)
-            if done[0] == total:
-                print(file=sys.stderr)
-        elif done[0] % max(total // 4, 1) == 0:
-            print(f"  {done[0]}/{total} decisions", file=sys.stderr, flush=True)
-
-    return tick
+def _progress(bars: Bars, description: str, total: int) -> Callable[[], None]:
+    """A no-argument tick for the replay, on ``bars`` (drawn, or a line every 10 s)."""
+    advance = bars.bar(description, total)
+    return lambda: advance(1)
 
 
 def strategy_names(text: str) -> tuple[str, ...]:
@@ -121,6 +112,7 @@ def run_sim(
     mapping: Path | None = None,
     spec: Path | None = None,
     engine: str = "torch",
+    events: int | None = None,
 ) -> dict[str, Any]:
     """Load, replay, print the table, write the outputs.
 
@@ -128,14 +120,7 @@ def run_sim(
     side: all in-process, and with the planner on the server (``<name>@server``) while the
     live tiers stay in-process.
     """
-    if scenario_path.suffix == ".mcap":  # a robot's recording: the spec and mapping say how
-        if spec is None or mapping is None:
-            raise ConfigError(
-                "scenario", str(scenario_path), "replaying a recording needs --spec and --map"
-            )
-        scenario = load_scenario(spec, recording=(scenario_path, mapping))
-    else:
-        scenario = load_scenario(scenario_path)
+    scenario = _scenario(scenario_path, spec, mapping, events, profile)
     names = strategy_names(strategy)
     if clock not in ("virtual", "real", "both"):
         raise ConfigError("--clock", clock, "choose virtual, real or both")
@@ -156,7 +141,8 @@ def run_sim(
     if clock == "real":  # passes take the time they take: no profile is used, none is named
         pname, prof, used = "-", PROFILES[DEFAULT_PROFILE], "no profile"
     else:
-        pname, prof = _profile(profile, scenario, backend)
+        with Bars() as bars, bars.wait(f"profile {profile or scenario.profile or 'default'}"):
+            pname, prof = _profile(profile, scenario, backend)
         used = (
             f"profile {pname}: step {prof.step_base_s * 1e3:.2f} ms, prefill "
             f"{prof.prefill_per_token_s * 1e6:.0f} us/token"
@@ -168,16 +154,17 @@ def run_sim(
         file=sys.stderr,
         flush=True,
     )
-    runs = replay(
-        scenario,
-        backend if engine == "torch" else _managed(model, names),
-        strategies=names,
-        clock=clock,
-        profile=prof,
-        speed=speed,
-        progress=_progress(n),
-        seed=seed,
-    )
+    with Bars() as bars:
+        runs = replay(
+            scenario,
+            backend if engine == "torch" else _managed(model, names),
+            strategies=names,
+            clock=clock,
+            profile=prof,
+            speed=speed,
+            progress=_progress(bars, f"replay ({', '.join(names)})", n),
+            seed=seed,
+        )
     if planner is not None:
         runs.update(_with_server_planner(scenario, backend, names, planner, clock, prof, speed))
     with Bars() as bars, bars.wait("fidelity references"):
@@ -187,6 +174,24 @@ def run_sim(
         n = record_replay(record, scenario, runs)
         print(f"mcap: {record} ({n} messages)")
     return _outputs(scenario, runs, model=model, clock=clock, profile=figures, **outputs)
+
+
+def _scenario(
+    path: Path, spec: Path | None, mapping: Path | None, events: int | None, profile: str | None
+) -> Scenario:
+    """The scenario to replay (its first ``events``), its profile checked before any load."""
+    if path.suffix == ".mcap":  # a robot's recording: the spec and mapping say how
+        if spec is None or mapping is None:
+            raise ConfigError("scenario", str(path), "replaying a recording needs --spec and --map")
+        scenario = load_scenario(spec, recording=(path, mapping))
+    else:
+        scenario = load_scenario(path)
+    # Every profile is checked before the model loads (a minute on a busy machine).
+    if profile is not None:
+        validate_profiles(profile)
+    elif isinstance(scenario.profile, str):
+        validate_profiles(scenario.profile)
+    return first_events(scenario, events)
 
 
 def _check_engine(engine: str, clock: str) -> None:
@@ -222,7 +227,8 @@ def _both(
     The virtual clock is charged by ``profile``, by default one measured here, now.
     """
     print(f"measuring this machine ({profile or 'cpu-measured'})", file=sys.stderr, flush=True)
-    pname, prof = _profile(profile or "cpu-measured", scenario, backend)
+    with Bars() as bars, bars.wait(f"measuring ({profile or 'cpu-measured'})"):
+        pname, prof = _profile(profile or "cpu-measured", scenario, backend)
     n = 2 * len(scenario.events()) * len(names)
     print(
         f"replaying {scenario.name}: {len(scenario.events())} events x {', '.join(names)} on "
@@ -230,15 +236,16 @@ def _both(
         file=sys.stderr,
         flush=True,
     )
-    both = compare_clocks(
-        scenario,
-        backend,
-        strategies=names,
-        profile_name=pname,
-        profile=prof,
-        seed=seed,
-        progress=_progress(n),
-    )
+    with Bars() as bars:
+        both = compare_clocks(
+            scenario,
+            backend,
+            strategies=names,
+            profile_name=pname,
+            profile=prof,
+            seed=seed,
+            progress=_progress(bars, "replay, real then virtual clock", n),
+        )
     print(f"model: {model}")
     print(both.table())
     if json_path is not None:
@@ -280,16 +287,17 @@ def _with_server_planner(
 
     n = len(scenario.events()) * len(planning)
     print(f"again with the planner on {planner}", file=sys.stderr, flush=True)
-    remote = replay(
-        scenario,
-        backend,
-        strategies=planning,
-        clock=clock,
-        profile=profile,
-        speed=speed,
-        progress=_progress(n),
-        planner_source=make,
-    )
+    with Bars() as bars:
+        remote = replay(
+            scenario,
+            backend,
+            strategies=planning,
+            clock=clock,
+            profile=profile,
+            speed=speed,
+            progress=_progress(bars, "replay, planner on the server", n),
+            planner_source=make,
+        )
     return {f"{name}@server": run for name, run in remote.items()}
 
 
@@ -300,9 +308,11 @@ def _over_mqtt(scenario: Scenario, url: str, agent_id: str, speed: float) -> Str
         file=sys.stderr,
         flush=True,
     )
-    return asyncio.run(
-        replay_over_mqtt(scenario, url=url, agent_id=agent_id, speed=speed, progress=_progress(n))
-    )
+    with Bars() as bars:
+        tick = _progress(bars, "replay over MQTT", n)
+        return asyncio.run(
+            replay_over_mqtt(scenario, url=url, agent_id=agent_id, speed=speed, progress=tick)
+        )
 
 
 def _outputs(
@@ -318,6 +328,9 @@ def _outputs(
 ) -> dict[str, Any]:
     print(f"profile: {profile.get('name', '-')}; model: {model}; clock: {clock}")
     print(table(scenario, runs))
+    share = wall_share(runs)
+    if share:
+        print(share)
     if any(run.models.get("tree") != run.models.get("live") for run in runs.values()):
         for name, run in runs.items():  # the models differ by tier: say which wrote what
             tiers = ", ".join(f"{tier}: {m}" for tier, m in run.models.items() if m is not None)
@@ -332,6 +345,21 @@ def _outputs(
         index = write_report(report, scenario, runs)
         print(f"report: {index}")
     return {"runs": runs}
+
+
+def wall_share(runs: dict[str, StrategyRun]) -> str:
+    """One line: each strategy's share of the replay's wall-clock time (where it went).
+
+    Empty when no run took measurable time (a replay through a broker, say).
+    """
+    total = sum(run.wall_s for run in runs.values())
+    if total <= 0:
+        return ""
+    parts = ", ".join(
+        f"{name} {run.wall_s:.1f} s ({100 * run.wall_s / total:.0f} %)"
+        for name, run in runs.items()
+    )
+    return f"wall clock of the replay: {parts}; total {total:.1f} s"
 
 
 def run_matrix(

@@ -9,14 +9,16 @@ loaded. Ages are relative to the newest branch (the planner's clock is not the w
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
-from forethought.policies import ConfigError, SnapshotError
+from forethought.policies import AgentSpec, ConfigError, SnapshotError, WorldState
 from forethought.policies._spec import load_document
+from forethought.policies._spec_check import StateValues
 from forethought.policies._tree import PolicyNode, PolicyTree
 
 __all__ = ["run_tree"]
@@ -79,9 +81,14 @@ def _print_spec(path: Path, state_text: str | None, snapshot: Path | None, out: 
     from forethought.sims import load_spec  # noqa: PLC0415 - spec or scenario file
 
     spec = load_spec(path)
-    state = spec.initial_state().patched(_state_patch(state_text))
+    patch = _state_patch(state_text)
+    state = spec.initial_state().patched(patch)
+    if patch:
+        _warn_unreached(spec, state, patch)
     tree: PolicyTree | None = None
     if snapshot is not None:
+        if not snapshot.is_file():
+            raise ConfigError("--snapshot", str(snapshot), "not found (no such file)")
         found = _snapshot(snapshot)
         if found is None:
             raise SnapshotError(str(snapshot), "corrupt", "not a policy-tree snapshot")
@@ -107,6 +114,27 @@ def _print_spec(path: Path, state_text: str | None, snapshot: Path | None, out: 
                 planned += 1
                 print(_line(node, newest), file=out)
     print(f"{planned} of {total} keys planned in this state", file=out)
+
+
+def _warn_unreached(spec: AgentSpec, state: WorldState, patch: dict[str, Any]) -> None:
+    """Warn (standard error) when no chain of event effects leads to ``state``.
+
+    The planner plans ahead only for states the initial one and effects reach; a state set from
+    outside (``agent.update_state``) finds nothing planned until the planner catches up.
+    """
+    from forethought._check import reachable_states  # noqa: PLC0415 - same layer, no model
+
+    states, capped = reachable_states(spec)
+    if capped or state.fingerprint in {s.fingerprint for s in states}:
+        return
+    print(
+        f"warning --state: no event effect leads from the initial state to {state.to_json()}: "
+        "the planner does not plan ahead for it (an update_state() setting it finds no tree "
+        "answer until the planner catches up)",
+        file=sys.stderr,
+    )
+    for problem in StateValues.of(spec).unknown(patch, "--state"):
+        print(problem.line(), file=sys.stderr)
 
 
 def run_tree(path: Path, *, state: str | None, snapshot: Path | None, out: TextIO) -> int:

@@ -85,6 +85,8 @@ def load_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> A
             raise ConfigError(str(p), f"{size} bytes", f"larger than {max_bytes} bytes")
         with p.open("rb") as fh:
             raw = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise ConfigError(str(p), str(p), "not found (no such file)") from None
     except OSError as exc:
         raise ConfigError(str(p), str(p), f"cannot read: {exc.strerror}") from None
     if len(raw) > max_bytes:  # grew while we looked (or a device): still refused

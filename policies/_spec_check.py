@@ -24,24 +24,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from ._errors import ForethoughtError, error_path
-from ._spec_fields import SpecFields
+from ._spec_fields import EVENT_EXTRA_KEYS, SpecFields, event_keys, required_spec_keys, spec_keys
 
 __all__ = ["Problem", "StateValues", "check_spec", "did_you_mean", "validation_problems"]
 
 Severity = Literal["error", "warning"]
 
-_SPEC_KEYS = (
-    "name",
-    "description",
-    "action",
-    "default_action",
-    "state",
-    "state_fields",
-    "state_grids",
-    "state_tolerance",
-    "events",
-    "candidates",
-)
+# Every key list derives from the models of record (:mod:`._spec_fields`): a field declared
+# there is known here, to the loader and to the JSON Schema at once. Only the examples below
+# are this module's own, and a test checks there is one for each required key.
 _REQUIRED = {
     "name": "name: my-agent",
     "description": "description: what the agent controls and what matters (the model reads it)",
@@ -49,17 +40,6 @@ _REQUIRED = {
     "default_action": "default_action: {...} (the safe action; it must validate against action)",
     "events": "events: [{type: obstacle, deadline_ms: 500, params: {...}}]",
 }
-_EVENT_KEYS = (
-    "type",
-    "params",
-    "deadline_ms",
-    "weight",
-    "effects",
-    "description",
-    "tolerance",
-    "state_fields",
-    "accept",
-)
 _GRID_KEYS = ("min", "max", "step")
 _CATEGORICAL_WORDS = ("enum", "values", "choices", "options", "one_of", "oneOf", "items")
 
@@ -186,19 +166,21 @@ class _Checker:
     # -- top level ---------------------------------------------------------------------------
 
     def top_level(self) -> None:
-        known = (*_SPEC_KEYS, *sorted(self.extra))
+        spec_fields = spec_keys()
+        known = (*spec_fields, *sorted(self.extra))
         for key in self.data:
             if not isinstance(key, str) or key not in known:
                 self.error(str(key), self.data[key], "unknown key", did_you_mean(str(key), known))
-        for key, example in _REQUIRED.items():
+        for key in required_spec_keys():
             if key not in self.data:
+                example = _REQUIRED.get(key, f"{key}: ...")
                 self.error(key, None, "required key is missing", f"write {example}")
         # The plain fields, through the model of record (events and the cross-field rules are
         # checked below, where each problem can be named on its own).
         fields = {
             k: v
             for k, v in self.data.items()
-            if k in _SPEC_KEYS and k not in ("events", "action", "default_action", "candidates")
+            if k in spec_fields and k not in ("events", "action", "default_action", "candidates")
         }
         fields |= {"events": [], "action": {}, "default_action": {}}
         try:
@@ -231,16 +213,18 @@ class _Checker:
             if not isinstance(ev, Mapping):
                 self.error(where, ev, "an event type is a mapping", _REQUIRED["events"])
                 continue
+            known_keys = event_keys()
             for key in ev:
-                if key not in _EVENT_KEYS:
+                if key not in known_keys:
                     self.error(
                         f"{where}.{key}",
                         ev[key],
                         "unknown key",
-                        did_you_mean(str(key), _EVENT_KEYS),
+                        did_you_mean(str(key), known_keys),
                     )
-            params, grid_names = self.params(where, ev.get("params", {}))
-            plain = {k: v for k, v in ev.items() if k in _EVENT_KEYS and k != "accept"}
+            raw_params = ev.get("params", {})
+            params, grid_names = self.params(where, raw_params)
+            plain = {k: v for k, v in ev.items() if k in known_keys and k not in EVENT_EXTRA_KEYS}
             plain |= {"params": {}, "effects": {}, "tolerance": {}}
             _, problems = _validate(EventType, plain, where)
             self.problems += [p for p in problems if p.path != where]  # cross-field: below
@@ -255,7 +239,8 @@ class _Checker:
                     )
                 seen.setdefault(etype, i)
                 grids[etype] = grid_names
-            self.effects(where, ev.get("effects", {}), params)
+            domains = raw_params if isinstance(raw_params, Mapping) else {}
+            self.effects(where, ev.get("effects", {}), params, domains)
             self.tolerance(where, ev.get("tolerance", {}), params, grid_names)
             fields = ev.get("state_fields")
             if isinstance(fields, list):
@@ -339,7 +324,9 @@ class _Checker:
         if len(set(map(repr, domain))) != len(domain):
             self.error(path, domain, "lists a value twice", "list each value once")
 
-    def effects(self, where: str, effects: Any, params: set[str]) -> None:
+    def effects(
+        self, where: str, effects: Any, params: set[str], domains: Mapping[str, Any]
+    ) -> None:
         if not isinstance(effects, Mapping):
             self.error(
                 f"{where}.effects",
@@ -366,6 +353,29 @@ class _Checker:
                 )
             elif not isinstance(value, str) or not value.startswith("$"):
                 self.same_kind(path, field, value)
+            elif value[1:] in domains:
+                self.copied_kind(path, field, value, domains[value[1:]])
+
+    def copied_kind(self, path: str, field: str, ref: str, domain: object) -> None:
+        """Warn when ``$param`` copies values of another kind than ``field`` starts with."""
+        initial = self.state.get(field)
+        if initial is None:
+            return
+        if isinstance(domain, Mapping):
+            kinds = {"number"}  # a grid
+        elif isinstance(domain, list):
+            kinds = {_kind(v) for v in domain}
+        else:
+            return
+        if kinds != {_kind(initial)}:
+            shown = " or ".join(sorted(kinds))
+            self.warn(
+                path,
+                ref,
+                f"copies {ref} (a {shown}) into state.{field}, which starts as a "
+                f"{_kind(initial)} ({initial!r})",
+                f"copy a parameter whose values are {_kind(initial)}s, or set a literal",
+            )
 
     def same_kind(self, path: str, field: str, value: object) -> None:
         """Warn when ``value`` is of another kind than the state's initial value of ``field``."""
@@ -553,6 +563,37 @@ class StateValues:
                     if isinstance(domain, Grid):
                         values[field] = None
                     elif domain is not None:
+                        known.update(_hashable(v) for v in domain)
+                else:
+                    known.add(_hashable(value))
+        return cls(values)
+
+    @classmethod
+    def of_document(cls, data: Mapping[str, Any]) -> StateValues:
+        """The same declarations read leniently from a spec document that may not load.
+
+        ``check`` uses it to warn about unreachable conditions even while other parts of the
+        spec have errors.
+        """
+        state = data.get("state")
+        values: dict[str, set[object] | None] = {}
+        for field, initial in state.items() if isinstance(state, Mapping) else ():
+            values[field] = None if _kind(initial) == "number" else {_hashable(initial)}
+        events = data.get("events")
+        for t in events if isinstance(events, list) else ():
+            if not isinstance(t, Mapping) or not isinstance(t.get("effects"), Mapping):
+                continue
+            raw_params = t.get("params")
+            params: Mapping[str, Any] = raw_params if isinstance(raw_params, Mapping) else {}
+            for field, value in t["effects"].items():
+                known = values.get(field)
+                if known is None:
+                    continue
+                if isinstance(value, str) and value.startswith("$"):
+                    domain = params.get(value[1:])
+                    if isinstance(domain, Mapping):
+                        values[field] = None
+                    elif isinstance(domain, list):
                         known.update(_hashable(v) for v in domain)
                 else:
                     known.add(_hashable(value))

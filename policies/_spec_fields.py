@@ -18,7 +18,13 @@ from ._errors import ForethoughtError
 from ._events import EventSpace, EventType, Grid
 from ._state import WorldState
 
-__all__ = ["SpecFields"]
+__all__ = ["EVENT_EXTRA_KEYS", "SpecFields", "event_keys", "required_spec_keys", "spec_keys"]
+
+EVENT_EXTRA_KEYS: tuple[str, ...] = ("accept",)
+"""Keys an event type may carry that are not the agent's (grading, the simulator's business).
+
+The loader sets them aside; ``check`` knows them; the JSON Schema and docs/spec.md list them.
+"""
 
 
 class SpecFields(BaseModel):
@@ -85,6 +91,25 @@ class SpecFields(BaseModel):
     def event_space(self) -> EventSpace:
         """The event space (built from ``events``)."""
         return EventSpace(self.events)
+
+
+def spec_keys() -> tuple[str, ...]:
+    """Every top-level key of an agent spec, in declaration order: the one list of record.
+
+    ``check``, the loader (through :class:`SpecFields`), the JSON Schema and the reference
+    page all derive from the model's fields, so a field added there is known to each.
+    """
+    return tuple(SpecFields.model_fields)
+
+
+def required_spec_keys() -> tuple[str, ...]:
+    """The top-level keys a spec must have."""
+    return tuple(k for k, f in SpecFields.model_fields.items() if f.is_required())
+
+
+def event_keys() -> tuple[str, ...]:
+    """Every key of an event type: :class:`EventType`'s fields, then :data:`EVENT_EXTRA_KEYS`."""
+    return (*EventType.model_fields, *EVENT_EXTRA_KEYS)
 
 
 def _model_name(name: str) -> str:

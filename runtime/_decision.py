@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from forethought.policies._events import EventKey
 
+from ._skipped import skipped_payload
+
 if TYPE_CHECKING:
     from ._event import Event
 
@@ -71,6 +73,7 @@ class Decision:
             "nearest": self.nearest,
             "out_of_space": self.out_of_space,
             "late": self.late,
+            "skipped": skipped_payload(self.skipped),
             "deadline_ns": self.deadline_ns,
             "decided_at_ns": self.decided_at_ns,
         }

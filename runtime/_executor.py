@@ -40,6 +40,7 @@ from ._capabilities import SupportsLivePrediction
 from ._decision import Decision, Tier, late_reason, wall_ns
 from ._event import Event
 from ._id_window import EXECUTOR_MAX_IDS, EXECUTOR_WINDOW_S, IdWindow
+from ._skipped import does_not_fit
 from ._watchdog import StallWatchdog
 
 __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
@@ -458,8 +459,9 @@ class Executor:
         model's measurements are stale (see ``ExecutorConfig.probe_after_s``), or at once when
         ``cold`` (the state's prompt is not in the server's cache).
         """
-        if asyncio.get_running_loop().time() + predicted_s > end:
-            skipped.append((tier, f"p95 {predicted_s * 1e3:.1f} ms does not fit"))
+        now = asyncio.get_running_loop().time()
+        if now + predicted_s > end:
+            skipped.append((tier, does_not_fit(predicted_s, end - now)))
             if probe is not None:
                 self._probe_if_stale(probe, cold=cold)
             return None

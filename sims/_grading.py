@@ -19,7 +19,7 @@ condition must make sense for the spec, or the load fails naming the file and th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,59 +105,136 @@ class Grader:
         state: Mapping[str, Any],
     ) -> Grader:
         """Read ``accept`` data; errors name ``where`` (file and path) and the problem."""
-        if not isinstance(raw, list) or not raw:
-            raise ConfigError(where, raw, "accept must be a non-empty list")
-        is_rule = [
-            isinstance(e, Mapping) and "then" in e and set(e) <= {"when", "then"} for e in raw
-        ]
-        if any(is_rule) and not all(is_rule):
-            raise ConfigError(where, raw, "mix of rules (when/then) and partial actions")
-        if not all(is_rule):
-            raw = [{"then": raw}]
-        rules = []
-        for i, entry in enumerate(raw):
-            at = f"{where}[{i}]" if all(is_rule) else where
-            when = entry.get("when", {})
-            if not isinstance(when, Mapping):
-                raise ConfigError(f"{at}.when", when, "must be a mapping of conditions")
-            for name, want in when.items():
-                _check_condition(f"{at}.when.{name}", name, want, event_type, state)
-            then = entry["then"]
-            if not isinstance(then, list) or not then:
-                raise ConfigError(f"{at}.then", then, "must be a non-empty list of partial actions")
-            for j, part in enumerate(then):
-                _check_partial(
-                    f"{at}.then[{j}]" if all(is_rule) else f"{at}[{j}]", part, schema, default
-                )
-            rules.append(Rule(tuple(when.items()), tuple(then)))
+        params = event_type.params if event_type is not None else None
+        rules, problems = _read(raw, where, schema, default, params, state)
+        if problems:
+            raise problems[0]
         return cls(rules)
 
+    @staticmethod
+    def problems(
+        raw: Any,
+        *,
+        where: str,
+        schema: ActionSchema | None,
+        default: Mapping[str, Any] | None,
+        params: Collection[str] | None,
+        state: Mapping[str, Any],
+    ) -> list[ConfigError]:
+        """Every problem of ``accept`` data (``check``'s), not only the first.
 
-def _check_condition(
-    where: str, name: str, want: Any, event_type: EventType | None, state: Mapping[str, Any]
-) -> None:
+        ``schema``/``default`` None (the spec's action does not load): partial actions are
+        not checked against it; ``params`` None: the event type is unknown.
+        """
+        return _read(raw, where, schema, default, params, state)[1]
+
+
+def _read(
+    raw: Any,
+    where: str,
+    schema: ActionSchema | None,
+    default: Mapping[str, Any] | None,
+    params: Collection[str] | None,
+    state: Mapping[str, Any],
+) -> tuple[list[Rule], list[ConfigError]]:
+    """The rules of ``accept`` data and every problem found, in document order."""
+    if not isinstance(raw, list) or not raw:
+        return [], [ConfigError(where, raw, "accept must be a non-empty list")]
+    is_rule = [isinstance(e, Mapping) and "then" in e and set(e) <= {"when", "then"} for e in raw]
+    if any(is_rule) and not all(is_rule):
+        return [], [ConfigError(where, raw, "mix of rules (when/then) and partial actions")]
+    if not all(is_rule):
+        raw = [{"then": raw}]
+    rules: list[Rule] = []
+    problems: list[ConfigError] = []
+    for i, entry in enumerate(raw):
+        at = f"{where}[{i}]" if all(is_rule) else where
+        when = entry.get("when", {})
+        if not isinstance(when, Mapping):
+            problems.append(ConfigError(f"{at}.when", when, "must be a mapping of conditions"))
+            when = {}
+        for name, want in when.items():
+            problems += _condition_problems(f"{at}.when.{name}", name, want, params, state)
+        then = entry["then"]
+        if not isinstance(then, list) or not then:
+            problems.append(
+                ConfigError(f"{at}.then", then, "must be a non-empty list of partial actions")
+            )
+            continue
+        for j, part in enumerate(then):
+            path = f"{at}.then[{j}]" if all(is_rule) else f"{at}[{j}]"
+            problems += _partial_problems(path, part, schema, default)
+        rules.append(Rule(tuple(when.items()), tuple(then)))
+    return rules, problems
+
+
+def _condition_problems(
+    where: str,
+    name: str,
+    want: Any,
+    params: Collection[str] | None,
+    state: Mapping[str, Any],
+) -> list[ConfigError]:
+    out = []
     if name.startswith("state."):
         field = name.removeprefix("state.")
         if field not in state:
-            raise ConfigError(where, name, f"the spec's state has no field {field!r}")
-    elif event_type is None or name not in event_type.params:
-        declared = sorted(event_type.params) if event_type is not None else []
-        raise ConfigError(where, name, f"not a declared parameter of this event type {declared}")
+            out.append(ConfigError(where, name, f"the spec's state has no field {field!r}"))
+    elif params is None or name not in params:
+        declared = sorted(params) if params is not None else []
+        out.append(
+            ConfigError(where, name, f"not a declared parameter of this event type {declared}")
+        )
     if isinstance(want, Mapping) and not _range(want):
-        raise ConfigError(where, dict(want), "a condition is a value, a list, or {min, max}")
+        out.append(ConfigError(where, dict(want), "a condition is a value, a list, or {min, max}"))
     if isinstance(want, list) and not want:
-        raise ConfigError(where, want, "an empty list matches nothing")
+        out.append(ConfigError(where, want, "an empty list matches nothing"))
+    return out
 
 
-def _check_partial(where: str, part: Any, schema: ActionSchema, default: Mapping[str, Any]) -> None:
+def _partial_problems(
+    where: str, part: Any, schema: ActionSchema | None, default: Mapping[str, Any] | None
+) -> list[ConfigError]:
+    """A partial action's problems: not a mapping, unknown fields, values no action can have.
+
+    Each exact value (and each member of a list of values) is tried in the default action,
+    so a value outside a field's enum or bounds is named on its own.
+    """
     if not isinstance(part, Mapping) or not part:
-        raise ConfigError(where, part, "a partial action is a non-empty mapping")
+        return [ConfigError(where, part, "a partial action is a non-empty mapping")]
+    if schema is None:
+        return []
     fields = schema.json_schema(ActionForm.VERBOSE).get("properties", {})
     unknown = sorted(set(part) - set(fields))
+    out = []
     if unknown:
-        raise ConfigError(where, dict(part), f"unknown action fields {unknown}")
-    exact = {k: v for k, v in part.items() if not _range(v) and not isinstance(v, list)}
-    try:
-        schema.validate({**default, **exact})
-    except ForethoughtError as exc:
-        raise ConfigError(where, dict(part), f"cannot match any valid action: {exc}") from None
+        out.append(
+            ConfigError(
+                where,
+                dict(part),
+                f"unknown action fields {unknown} (known: {', '.join(sorted(fields))})",
+            )
+        )
+    if default is None:
+        return out
+    exact: dict[str, Any] = {}
+    for key, value in part.items():
+        if key in unknown or _range(value):
+            continue
+        for one in value if isinstance(value, list) else [value]:
+            if _range(one):
+                continue
+            try:
+                schema.validate({**default, key: one})
+            except ForethoughtError as exc:
+                out.append(
+                    ConfigError(f"{where}.{key}", one, f"cannot match any valid action: {exc}")
+                )
+        if not isinstance(value, list):
+            exact[key] = value
+    if not out:
+        try:
+            schema.validate({**default, **exact})
+        except ForethoughtError as exc:
+            out.append(ConfigError(where, dict(part), f"cannot match any valid action: {exc}"))
+    return out

@@ -7,6 +7,7 @@ all: a busy machine is refused rather than measured).
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -22,7 +23,14 @@ if TYPE_CHECKING:
     # The local model (torch): only named in annotations, so the sims import without it.
     from forethought.models import TransformersBackend
 
-__all__ = ["PROFILES", "measure_profile", "profile_figures", "resolve_profile"]
+__all__ = [
+    "PROFILES",
+    "measure_profile",
+    "profile_figures",
+    "profile_list",
+    "resolve_profile",
+    "validate_profiles",
+]
 
 # What a call pays on top after the model sat idle, as a share of a typical live call's
 # prefill. Measured once here for SmolLM2-135M on the 2-core CPU: a live call's prefill took
@@ -132,16 +140,72 @@ def resolve_profile(
         if backend is None:
             raise ConfigError("--profile", text, "measuring needs the model")
         return measure_profile(backend, scenario=scenario, alternatives=tuple(PROFILES))
-    try:
-        pairs = dict(item.split("=", 1) for item in text.split(",") if item)
-        return LatencyProfile.from_figures(
-            step_ms=float(pairs.pop("step_ms")),
-            prefill_us_per_token=float(pairs.pop("prefill_us_per_token")),
-        )
-    except (KeyError, ValueError) as exc:
+    if "=" not in text:
         raise ConfigError(
             "--profile",
             text,
-            f"expected one of {', '.join(PROFILES)}, cpu-measured, or "
-            f"step_ms=X,prefill_us_per_token=Y ({exc})",
+            f"unknown profile; {_did_you_mean(text)}: {', '.join(PROFILES)}, cpu-measured, or "
+            "figures as step_ms=X,prefill_us_per_token=Y",
+        )
+    try:
+        pairs = dict(item.strip().split("=", 1) for item in text.split(",") if item.strip())
+        figures = {k: float(pairs.pop(k)) for k in _FIGURES}
+    except KeyError as exc:
+        raise ConfigError(
+            "--profile", text, f"{exc.args[0]} is missing: give step_ms=X,prefill_us_per_token=Y"
         ) from None
+    except ValueError:
+        raise ConfigError(
+            "--profile", text, "a figure is not a number: give step_ms=X,prefill_us_per_token=Y"
+        ) from None
+    if pairs:
+        raise ConfigError(
+            "--profile", text, f"unknown figures {sorted(pairs)}; give only {', '.join(_FIGURES)}"
+        )
+    if figures["step_ms"] <= 0 or figures["prefill_us_per_token"] < 0:
+        raise ConfigError("--profile", text, "step_ms must be > 0, prefill_us_per_token >= 0")
+    return LatencyProfile.from_figures(**figures)
+
+
+_FIGURES = ("step_ms", "prefill_us_per_token")
+
+
+def _did_you_mean(text: str) -> str:
+    close = difflib.get_close_matches(text, [*PROFILES, "cpu-measured"], n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? choose from" if close else "choose from"
+
+
+def profile_list(text: str) -> list[str]:
+    """``--profile``'s value as one entry per profile: names and groups of figures.
+
+    Items are comma-separated; consecutive ``key=value`` items make one profile, so
+    ``gpu-8b,step_ms=8.6,prefill_us_per_token=50`` is two profiles (a repeated key starts a
+    new group of figures).
+    """
+    out: list[str] = []
+    keys: set[str] = set()
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        key = item.partition("=")[0]
+        if "=" in item and out and "=" in out[-1] and key not in keys:
+            out[-1] += f",{item}"
+            keys.add(key)
+        else:
+            out.append(item)
+            keys = {key} if "=" in item else set()
+    return out
+
+
+def validate_profiles(text: str) -> list[str]:
+    """``--profile``'s profiles, each checked without a model (``cpu-measured`` passes here).
+
+    Raises a ConfigError naming the bad one, so a replay refuses it before loading the model.
+    """
+    entries = profile_list(text)
+    if not entries:
+        raise ConfigError("--profile", text, "give a profile name or figures")
+    for entry in entries:
+        if entry != "cpu-measured":
+            resolve_profile(entry)
+    return entries

@@ -15,7 +15,15 @@ from ._records import StrategyRun
 from ._report_figures import draw_cdf, draw_timeline, report_data, type_table_html
 from ._scenario import Scenario
 
-__all__ = ["metrics", "table", "write_decisions", "write_json", "write_report"]
+__all__ = [
+    "CAPTIONS",
+    "TABLE_ROWS",
+    "metrics",
+    "table",
+    "write_decisions",
+    "write_json",
+    "write_report",
+]
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -106,53 +114,58 @@ def _pc(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
+_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    ("CORRECT IN TIME", lambda m: _pc(m["correct_in_time"])),
+    ("answered in time", lambda m: _pc(m["answered_in_time"])),
+    ("fallback rate", lambda m: _pc(m["fallback_rate"])),
+    ("correct (graded)", lambda m: _pc(m["correct"])),
+    ("fidelity", lambda m: _pc(m["fidelity"])),
+    ("events / graded", lambda m: f"{m['events']}/{m['graded']}"),
+    ("deadline hit rate", lambda m: _pc(m["deadline_hit_rate"])),
+    ("latency p50 ms", lambda m: _fmt(m["latency_ms"]["p50"], ".2f")),
+    ("latency p95 ms", lambda m: _fmt(m["latency_ms"]["p95"], ".2f")),
+    ("latency p99 ms", lambda m: _fmt(m["latency_ms"]["p99"], ".2f")),
+    ("latency max ms", lambda m: _fmt(m["latency_ms"]["max"], ".2f")),
+    (
+        "tiers t/s/l/d",
+        lambda m: "/".join(str(m["tiers"][t]) for t in ("tree", "score", "live", "default")),
+    ),
+    (
+        "tree hits exact/near key/near state",
+        lambda m: f"{m['tree_exact']}/{m['tree_near_event']}/{m['tree_near_state']}",
+    ),
+    ("tree selection p99 ms", lambda m: _fmt(m["tree_selection_ms"]["p99"], ".3f")),
+    ("out of space", lambda m: str(m["out_of_space"])),
+    ("planner branches", lambda m: str((m["planner"] or {}).get("branches", "-"))),
+    ("planner idle used", lambda m: _fmt((m["planner"] or {}).get("idle_used"), ".2f")),
+    (
+        "planner used/generated",
+        lambda m: (
+            f"{(m['planner'] or {}).get('used', '-')}/{(m['planner'] or {}).get('generated', '-')}"
+        ),
+    ),
+    ("planner waste", lambda m: _pc((m["planner"] or {}).get("waste"))),
+    # What a planner knowing the stream would waste at the same coverage (sims._waste).
+    ("reference waste", lambda m: _pc((m["planner"] or {}).get("reference_waste"))),
+    (
+        "coverage per branch",
+        lambda m: _fmt((m["planner"] or {}).get("coverage_per_branch"), ".2f"),
+    ),
+    ("replay wall s", lambda m: _fmt(m["wall_s"], ".1f")),
+)
+"""The sim table's rows: label, and the figure from :func:`metrics`."""
+
+TABLE_ROWS = tuple(label for label, _ in _ROWS)
+"""Every row label the sim table prints (docs/concepts/scoreboard.md defines each)."""
+
+
 def table(scenario: Scenario, runs: Mapping[str, StrategyRun]) -> str:
     """A terminal table, strategies side by side."""
     ms = {k: metrics(v) for k, v in runs.items()}
-    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-        ("CORRECT IN TIME", lambda m: _pc(m["correct_in_time"])),
-        ("answered in time", lambda m: _pc(m["answered_in_time"])),
-        ("fallback rate", lambda m: _pc(m["fallback_rate"])),
-        ("correct (graded)", lambda m: _pc(m["correct"])),
-        ("fidelity", lambda m: _pc(m["fidelity"])),
-        ("events / graded", lambda m: f"{m['events']}/{m['graded']}"),
-        ("deadline hit rate", lambda m: _pc(m["deadline_hit_rate"])),
-        ("latency p50 ms", lambda m: _fmt(m["latency_ms"]["p50"], ".2f")),
-        ("latency p95 ms", lambda m: _fmt(m["latency_ms"]["p95"], ".2f")),
-        ("latency p99 ms", lambda m: _fmt(m["latency_ms"]["p99"], ".2f")),
-        ("latency max ms", lambda m: _fmt(m["latency_ms"]["max"], ".2f")),
-        (
-            "tiers t/s/l/d",
-            lambda m: "/".join(str(m["tiers"][t]) for t in ("tree", "score", "live", "default")),
-        ),
-        (
-            "tree hits exact/near key/near state",
-            lambda m: f"{m['tree_exact']}/{m['tree_near_event']}/{m['tree_near_state']}",
-        ),
-        ("tree selection p99 ms", lambda m: _fmt(m["tree_selection_ms"]["p99"], ".3f")),
-        ("out of space", lambda m: str(m["out_of_space"])),
-        ("planner branches", lambda m: str((m["planner"] or {}).get("branches", "-"))),
-        ("planner idle used", lambda m: _fmt((m["planner"] or {}).get("idle_used"), ".2f")),
-        (
-            "planner used/generated",
-            lambda m: (
-                f"{(m['planner'] or {}).get('used', '-')}/"
-                f"{(m['planner'] or {}).get('generated', '-')}"
-            ),
-        ),
-        ("planner waste", lambda m: _pc((m["planner"] or {}).get("waste"))),
-        # What a planner knowing the stream would waste at the same coverage (sims._waste).
-        ("reference waste", lambda m: _pc((m["planner"] or {}).get("reference_waste"))),
-        (
-            "coverage per branch",
-            lambda m: _fmt((m["planner"] or {}).get("coverage_per_branch"), ".2f"),
-        ),
-        ("replay wall s", lambda m: _fmt(m["wall_s"], ".1f")),
-    ]
     names = list(ms)
     width = max(14, *(len(n) + 2 for n in names))
     lines = [f"{scenario.name}".ljust(24) + "".join(n.rjust(width) for n in names)]
-    lines += [label.ljust(24) + "".join(f(ms[n]).rjust(width) for n in names) for label, f in rows]
+    lines += [label.ljust(24) + "".join(f(ms[n]).rjust(width) for n in names) for label, f in _ROWS]
     return "\n".join(lines)
 
 
@@ -236,11 +249,29 @@ def _by_type(plt: Any, runs: Mapping[str, StrategyRun]) -> Any:
     return fig
 
 
+CAPTIONS = {
+    "latency_cdf.png": "Latency per strategy: the share of events decided within each latency "
+    "(stimulus to decision, perception included). Read where each curve crosses a dashed "
+    "deadline: the height there is the share of that type's events decided in time. A curve "
+    "far left is mostly tree answers; a step at a deadline is the default sent at the budget.",
+    "timeline.png": "Each strategy over the scenario's time: one lane per event type, a mark per "
+    "event coloured by the tier that answered in time (black x: late). The top band is the "
+    "planner, 0-100 %: tree coverage (black, share of keys planned in the current state) and "
+    "planner busy (grey dotted, share of time so far). Read how fast coverage recovers after "
+    "each state change (blue line).",
+    "hit_rate_by_type.png": "Per event type, the share of its events the model answered in time "
+    "(fallbacks excluded). Read which types a strategy cannot serve: a low bar means defaults.",
+}
+"""What to read from each figure of the report (its caption)."""
+
+
 def _page(
     scenario: Scenario, runs: Mapping[str, StrategyRun], images: list[str], types: str
 ) -> str:
     figures = "".join(
-        f'<figure><img src="{n}" alt="{n}"><figcaption>{n}</figcaption></figure>' for n in images
+        f'<figure><img src="{n}" alt="{html.escape(CAPTIONS.get(n, n))}">'
+        f"<figcaption>{html.escape(CAPTIONS.get(n, n))}</figcaption></figure>"
+        for n in images
     )
     summary = html.escape(table(scenario, runs))
     title = html.escape(scenario.name)

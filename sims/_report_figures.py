@@ -19,9 +19,24 @@ import numpy as np
 from ._records import StrategyRun
 from ._scenario import Scenario
 
-__all__ = ["ReportData", "TypeRow", "draw_cdf", "draw_timeline", "report_data", "type_table_html"]
+__all__ = [
+    "LATENCY_AXIS",
+    "TIER_COLORS",
+    "ReportData",
+    "TypeRow",
+    "draw_cdf",
+    "draw_timeline",
+    "report_data",
+    "type_table_html",
+]
 
-_TIER_COLORS = {"tree": "#2a9d8f", "score": "#e9c46a", "live": "#f4a261", "default": "#e76f51"}
+# Okabe-Ito colours: four hues told apart with any colour vision (green, blue, orange, pink),
+# none of them the black of a late mark or the grey of the planner's busy curve.
+TIER_COLORS = {"tree": "#009E73", "score": "#0072B2", "live": "#E69F00", "default": "#CC79A7"}
+LATENCY_AXIS = (
+    "latency, stimulus to decision (ms, log scale; perception included, tree selection as measured)"
+)
+"""The one latency definition of the report: the table's rows and the CDF's axis."""
 _FLOOR_MS = 1e-3
 """The CDF's left edge: a latency below a microsecond is drawn there."""
 
@@ -170,8 +185,8 @@ def draw_cdf(plt: Any, data: ReportData) -> Any:
             ha="right",
         )
     ax.set_xscale("log")
-    ax.set_xlabel("decision latency (ms, log; tree answers at their measured selection time)")
-    ax.set_ylabel("fraction of events")
+    ax.set_xlabel(LATENCY_AXIS)
+    ax.set_ylabel("share of events decided by then (0-1)")
     ax.set_title("Latency CDF per strategy; dashed: each event type's deadline")
     ax.legend(loc="upper left", fontsize=8)
     return fig
@@ -192,7 +207,7 @@ def draw_timeline(plt: Any, data: ReportData) -> Any:
     )
     for ax, name in zip(axes[:, 0], names, strict=True):
         for y, lane in enumerate(data.lanes[name]):
-            for tier, color in _TIER_COLORS.items():
+            for tier, color in TIER_COLORS.items():
                 xs = [t for t, tr, met in lane.points if tr == tier and met]
                 ax.scatter(xs, [y] * len(xs), s=14, color=color, marker="|", label=tier)
             late = [t for t, _, met in lane.points if not met]
@@ -207,12 +222,17 @@ def draw_timeline(plt: Any, data: ReportData) -> Any:
             ax.plot(
                 t,
                 [base + b for b in busy],
-                color="purple",
+                color="grey",
                 linewidth=1,
                 linestyle=":",
                 label="planner busy",
             )
-        ax.set_yticks([*range(n_types), base + 0.5], [*data.types, "planner"], fontsize=7)
+        # The planner band has its own scale: 0 at its bottom, 100 % at its top.
+        ax.set_yticks(
+            [*range(n_types), base, base + 1],
+            [*data.types, "planner 0 %", "planner 100 %"],
+            fontsize=7,
+        )
         ax.set_ylim(-0.7, base + 1.2)
         ax.set_title(name, fontsize=9, loc="left")
     seen: dict[str, Any] = {}
@@ -220,6 +240,18 @@ def draw_timeline(plt: Any, data: ReportData) -> Any:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(label, handle)
     seen.setdefault("state change", plt.Line2D([], [], color="#457b9d", linewidth=0.6))
+    seen = {
+        (
+            "tree coverage (share of keys planned)"
+            if k == "tree coverage"
+            else "planner busy (share of time so far)"
+            if k == "planner busy"
+            else k
+        ): v
+        for k, v in seen.items()
+    }
     fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=8, fontsize=7)
-    axes[-1, 0].set_xlabel("scenario time (s); blue lines: the state changed")
+    axes[-1, 0].set_xlabel(
+        "scenario time (s); marks: each event, coloured by the tier that answered it in time"
+    )
     return fig

@@ -23,6 +23,7 @@ from forethought.policies import AgentSpec, ConfigError
 from forethought.policies._errors import first_problem
 from forethought.policies._events import EventKey, EventType, Grid
 from forethought.policies._spec import load_document
+from forethought.policies._spec_fields import EVENT_EXTRA_KEYS
 
 from ._grading import Grader
 from ._mcap import McapTrace, load_mapping, trace_from_mcap
@@ -276,7 +277,7 @@ def _spec_of(path: str | Path, data: Any) -> AgentSpec:
     header = dict(data)
     if isinstance(data.get("events"), list):
         header["events"] = [
-            {k: v for k, v in e.items() if k != "accept"} if isinstance(e, dict) else e
+            {k: v for k, v in e.items() if k not in EVENT_EXTRA_KEYS} if isinstance(e, dict) else e
             for e in data["events"]
         ]
     return AgentSpec.from_data(header, source=str(path), ignore=SCENARIO_KEYS)

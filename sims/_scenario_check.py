@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from forethought.policies import AgentSpec, ConfigError, ForethoughtError
+from forethought.policies import ActionSchema, AgentSpec, ForethoughtError
 from forethought.policies._spec_check import (
     Problem,
     StateValues,
@@ -24,11 +24,11 @@ from forethought.policies._spec_check import (
     validation_problems,
 )
 
-from ._grading import Grader
+from ._grading import Grader, matches
 from ._scenario import SCENARIO_KEYS, Generate, Scenario, load_scenario
 from ._trace_event import TraceEvent
 
-__all__ = ["TRACE_HINT", "check_scenario"]
+__all__ = ["TRACE_HINT", "check_accept", "check_scenario"]
 
 TRACE_HINT = (
     "add `generate: {count: 200, mean_gap_ms: 2000, seed: 1}` (a seeded random stream: types "
@@ -91,8 +91,7 @@ def check_scenario(data: Any, path: str = "scenario") -> list[Problem]:
     gen = data.get("generate")
     if gen is not None:
         problems += _generate(gen, declared, values)
-    if spec is not None:
-        problems += _accept(data, spec)
+    problems += check_accept(data)
     if not any(p.severity == "error" for p in problems):
         problems += _never_drawn(path, declared)
     return problems
@@ -168,30 +167,112 @@ def _drift(drifts: list[Any], values: StateValues) -> list[Problem]:
     return problems
 
 
-def _accept(data: Mapping[str, Any], spec: AgentSpec) -> list[Problem]:
-    problems: list[Problem] = []
-    schema = spec.action_schema()
-    types = spec.event_space().types
+def check_accept(data: Any) -> list[Problem]:
+    """Every problem of the ``accept`` rules of a document, whether or not its spec loads.
+
+    Partial actions are checked against the action schema (unknown fields, values no valid
+    action has), conditions against the event type's parameters and the state's fields; a
+    condition no declared state or parameter value can meet is warned (the rule never applies).
+    """
+    if not isinstance(data, Mapping):
+        return []
+    schema, default = _action_parts(data)
+    raw_state = data.get("state")
+    state = raw_state if isinstance(raw_state, Mapping) else {}
+    values = StateValues.of_document(data)
+    domains: dict[str, Mapping[str, Any]] = {}
     rules: list[tuple[str, Any, str | None]] = []
     for i, ev in enumerate(data.get("events") or []):
+        if isinstance(ev, Mapping) and isinstance(ev.get("type"), str):
+            params = ev.get("params", {})
+            domains[ev["type"]] = params if isinstance(params, Mapping) else {}
         if isinstance(ev, Mapping) and "accept" in ev:
             rules.append((f"events[{i}].accept", ev["accept"], ev.get("type")))
-    for i, ev in enumerate(data.get("trace") or []):
+    trace = data.get("trace")
+    for i, ev in enumerate(trace if isinstance(trace, list) else []):
         if isinstance(ev, Mapping) and "accept" in ev:
             rules.append((f"trace[{i}].accept", ev["accept"], ev.get("type")))
+    problems: list[Problem] = []
     for where, raw, etype in rules:
-        try:
-            Grader.parse(
-                raw,
-                where=where,
-                schema=schema,
-                default=spec.default_action,
-                event_type=types.get(etype) if isinstance(etype, str) else None,
-                state=spec.state,
-            )
-        except ConfigError as exc:
-            problems.append(Problem("error", exc.field, exc.value, exc.problem))
+        params = domains.get(etype) if isinstance(etype, str) else None
+        found = Grader.problems(
+            raw, where=where, schema=schema, default=default, params=params, state=state
+        )
+        problems += [Problem("error", e.field, e.value, e.problem) for e in found]
+        problems += _unreachable(where, raw, params or {}, values)
     return problems
+
+
+def _action_parts(data: Mapping[str, Any]) -> tuple[ActionSchema | None, Mapping[str, Any] | None]:
+    """The action schema and a default that validates against it, each None when it does not."""
+    action = data.get("action")
+    if not isinstance(action, Mapping):
+        return None, None
+    try:
+        schema = ActionSchema.from_json_schema(dict(action))
+    except ForethoughtError:
+        return None, None
+    default = data.get("default_action")
+    if not isinstance(default, Mapping):
+        return schema, None
+    try:
+        schema.validate(dict(default))
+    except ForethoughtError:
+        return schema, None
+    return schema, default
+
+
+def _unreachable(
+    where: str, raw: Any, params: Mapping[str, Any], values: StateValues
+) -> list[Problem]:
+    """Warnings for ``when`` conditions no declared state or parameter value meets."""
+    out: list[Problem] = []
+    entries = raw if isinstance(raw, list) else []
+    for i, entry in enumerate(entries):
+        when = entry.get("when") if isinstance(entry, Mapping) else None
+        if not isinstance(when, Mapping):
+            continue
+        for name, want in when.items():
+            path = f"{where}[{i}].when.{name}"
+            if isinstance(name, str) and name.startswith("state."):
+                field = name.removeprefix("state.")
+                declared = values.declared(field) if field in values.fields else None
+                what = f"state.{field}"
+            else:
+                what = f"parameter {name}"
+                domain = params.get(name)
+                declared = list(domain) if isinstance(domain, list) else None
+                if isinstance(domain, Mapping) and _range_misses(want, domain):
+                    declared = []
+            if declared is None or any(matches(v, want) for v in declared):
+                continue
+            shown = ", ".join(repr(v) for v in declared) or "a range it does not meet"
+            out.append(
+                Problem(
+                    "warning",
+                    path,
+                    want,
+                    f"no declared value of {what} meets this condition (declared: {shown}): "
+                    "the rule never applies",
+                    "declare the value (a state effect or a parameter domain) or fix the condition",
+                )
+            )
+    return out
+
+
+def _range_misses(want: Any, grid: Mapping[str, Any]) -> bool:
+    """Whether a condition on a grid parameter can never hold (received values stay in range)."""
+    lo, hi = grid.get("min"), grid.get("max")
+    if not isinstance(lo, int | float) or not isinstance(hi, int | float):
+        return False
+    if isinstance(want, Mapping):
+        w_lo, w_hi = want.get("min", lo), want.get("max", hi)
+        if not isinstance(w_lo, int | float) or not isinstance(w_hi, int | float):
+            return False
+        return bool(w_lo > hi or w_hi < lo)
+    if isinstance(want, bool) or not isinstance(want, int | float):
+        return not isinstance(want, list)
+    return bool(want < lo or want > hi)
 
 
 def _never_drawn(path: str, declared: list[str]) -> list[Problem]:

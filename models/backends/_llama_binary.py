@@ -24,8 +24,9 @@ that its host never enabled (seen in a Firecracker VM: the permission request su
 the first ``ldtilecfg`` of llama.cpp's AMX matmul kills the server with SIGSEGV at model load),
 and a 135M model gains nothing from it. A new tag leaves an earlier build unused."""
 
-BUILD_COMMAND = "python -m forethought.testing._llama_server"
-"""The set-up command that builds (once, ~10-15 min on two cores) and caches the engine."""
+BUILD_COMMAND = "scripts/setup --engine"
+"""The documented set-up step that builds (once, ~10-15 min on two cores) and caches the engine
+(it runs ``python -m forethought.testing._llama_server``, the module doing the build)."""
 
 
 def build_dir(root: Path, version: str = LLAMA_CPP_VERSION) -> Path:

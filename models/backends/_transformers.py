@@ -37,6 +37,7 @@ from .._latency import LatencyModel
 from .._model_load import LoadedModel, load_model
 from .._model_source import DEFAULT_MODEL, resolve_model
 from .._prompt import Prompt, PromptEncoder
+from .._threads import ThreadChoice, choose_threads
 from .._worker import ModelWorker
 from ..grammar._bounds import bounded_schema, max_output_chars
 from ..grammar._engines import make_engine
@@ -97,6 +98,8 @@ class TransformersBackend:
         self._options = options or DecodeOptions()
         self._cache_dir = cache_dir
         self._loaded: LoadedModel | None = None
+        self.threads: ThreadChoice | None = None
+        """The torch thread count chosen at load (CPU only), and the timings that chose it."""
         self._decoder: Decoder | None = None
         self._engine: GrammarEngine | None = None
         self._prompts: PromptEncoder | None = None
@@ -142,6 +145,8 @@ class TransformersBackend:
             )
             self._engine = make_engine(self._grammar_name, loaded.tokenizer, _vocab(loaded))
             self._prompts = PromptEncoder(loaded.tokenizer)
+            if loaded.device == "cpu":
+                self.threads = choose_threads(lambda deadline: _small_call(loaded, deadline))
             self._adopt(loaded)
             if warm_up:
                 self.warm_up()
@@ -478,3 +483,22 @@ class TransformersBackend:
 
 def _vocab(loaded: LoadedModel) -> int:
     return int(loaded.model.config.vocab_size)
+
+
+def _small_call(loaded: LoadedModel, deadline: float) -> None:
+    """One short call (16 prompt tokens, 4 new): what the thread count is chosen on.
+
+    A throwaway decoder with its own latency model, so a slow setting never skews the backend's.
+    """
+    decoder = Decoder(
+        model=loaded.model,
+        pad_id=0,
+        eos_ids=[],
+        latency=LatencyModel(),
+        clock=MonotonicClock(),
+        prefix_cache_size=1,
+    )
+    rng = random.Random(1)
+    vocab = min(loaded.tokenizer.vocab_size, 1000)
+    prompt = [[rng.randrange(5, vocab) for _ in range(16)]]
+    decoder.decode([], prompt, deadline=deadline, max_new_tokens=4, reuse_prefix=False)

@@ -14,6 +14,7 @@ import yaml
 from forethought.models import ScriptedBackend
 from forethought.sims import load_scenario, replay, write_report
 from forethought.sims._report_figures import (
+    LATENCY_AXIS,
     draw_cdf,
     draw_timeline,
     report_data,
@@ -99,6 +100,7 @@ def test_the_cdf_labels_each_types_deadline_and_the_timeline_has_a_lane_per_type
     fig = draw_cdf(plt, data)
     (ax,) = fig.axes
     assert ax.get_xscale() == "log"
+    assert ax.get_xlabel() == LATENCY_AXIS  # the table's definition, named on the axis
     labels = " ".join(t.get_text() for t in ax.texts)
     for t in ("ping", "block", "never"):
         assert t in labels
@@ -109,7 +111,7 @@ def test_the_cdf_labels_each_types_deadline_and_the_timeline_has_a_lane_per_type
     assert len(fig.axes) == len(runs)
     for ax in fig.axes:
         ticks = [t.get_text() for t in ax.get_yticklabels()]
-        assert ticks == [*data.types, "planner"]
+        assert ticks == [*data.types, "planner 0 %", "planner 100 %"]  # the band's scale
     plt.close(fig)
     for name in runs:
         lanes = {lane.type: lane for lane in data.lanes[name]}

@@ -170,7 +170,7 @@ def test_without_the_build_auto_runs_torch_and_says_how_to_build() -> None:
     assert choice.kind == "torch"
     assert choice.notice is not None
     assert BUILD_COMMAND in choice.notice
-    with pytest.raises(ConfigError, match=r"engine\.kind.*not built.*forethought\.testing"):
+    with pytest.raises(ConfigError, match=r"engine\.kind.*not built.*scripts/setup --engine"):
         choose_engine("smollm2-135m", "llama-server", "cpu")
     with pytest.raises(ConfigError, match=r"engine\.kind"):
         choose_engine("smollm2-135m", "fast", "cpu")
