@@ -250,6 +250,8 @@ class Agent:
                 candidates=self.spec.candidates,
                 config=self.config.executor,
                 watchdog=self.watchdog,
+                guards=self.spec.guard_set(),
+                type_defaults=self.spec.type_defaults(),
             )
             if cfg.fleet.url is not None:
                 from ._fleet_tree import FleetTree  # noqa: PLC0415 - needs the fleet extra
