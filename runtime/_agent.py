@@ -239,6 +239,7 @@ class Agent:
                     guard_s=w.guard_ms / 1e3,
                     margin_s=margin,
                 )
+            guards = self.spec.guard_set()  # one set: its narrowed grammars are cached once
             self.executor = Executor(
                 space=self.space,
                 schema=self.schema,
@@ -250,7 +251,7 @@ class Agent:
                 candidates=self.spec.candidates,
                 config=self.config.executor,
                 watchdog=self.watchdog,
-                guards=self.spec.guard_set(),
+                guards=guards,
                 type_defaults=self.spec.type_defaults(),
             )
             if cfg.fleet.url is not None:
@@ -282,6 +283,7 @@ class Agent:
                     near_states=self.config.executor.near_states,
                     candidates=self.executor.candidates,
                     fleet=self.fleet,
+                    guards=guards,
                 )
                 if self.fleet is not None:
                     self.fleet.on_change = self.planner.wake
