@@ -24,8 +24,9 @@ selection; :meth:`not_compilable` names it and why.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
@@ -36,7 +37,14 @@ from ._action import ActionSchema
 if TYPE_CHECKING:
     from ._tree import PolicyTree
 
-__all__ = ["Guard", "GuardRule", "GuardSet", "drop_guarded", "pattern_matches"]
+__all__ = [
+    "Guard",
+    "GuardRule",
+    "GuardSet",
+    "compile_want",
+    "drop_guarded",
+    "pattern_matches",
+]
 
 _MISSING = object()
 
@@ -122,6 +130,40 @@ class GuardRule(BaseModel):
         return self.forbid if self.forbid is not None else (self.allow or [])
 
 
+_Test = Callable[[Any], bool]
+
+
+def compile_want(want: Any) -> _Test:
+    """``want`` as a one-argument test, equal to ``pattern_matches(value, want)``.
+
+    Built once per guard: the hot path then makes one call per condition instead of the
+    type dispatch of :func:`pattern_matches` (``isinstance`` against ``Mapping`` is slow).
+    """
+    if is_range(want):
+        lo = want.get("min", -math.inf)
+        hi = want.get("max", math.inf)
+
+        def in_range(v: Any) -> bool:
+            t = type(v)
+            return (t is float or t is int) and lo <= v <= hi
+
+        if all(type(x) in (int, float) for x in (lo, hi)):
+            return in_range
+        return lambda v: pattern_matches(v, want)
+    if isinstance(want, list):
+        tests = tuple(compile_want(w) for w in want)
+        return lambda v: any(t(v) for t in tests)
+    if type(want) is bool:
+        return lambda v: v is want
+    if type(want) in (int, float, str):
+
+        def equal(v: Any) -> bool:
+            return v == want and type(v) is not bool
+
+        return equal
+    return lambda v: pattern_matches(v, want)
+
+
 @dataclass(frozen=True, slots=True)
 class Guard:
     """One compiled guard: its conditions and patterns as tuples, for the hot path."""
@@ -131,6 +173,18 @@ class Guard:
     """(reads the state, field, wanted) per condition."""
     patterns: tuple[tuple[tuple[str, Any], ...], ...]
     forbid: bool
+    _when_tests: tuple[tuple[bool, str, _Test], ...] = dataclasses.field(
+        default=(), repr=False, compare=False
+    )
+    _pattern_tests: tuple[tuple[tuple[str, _Test], ...], ...] = dataclasses.field(
+        default=(), repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        whens = tuple((s, f, compile_want(w)) for s, f, w in self.when)
+        pats = tuple(tuple((f, compile_want(w)) for f, w in p) for p in self.patterns)
+        object.__setattr__(self, "_when_tests", whens)
+        object.__setattr__(self, "_pattern_tests", pats)
 
     @classmethod
     def of(cls, rule: GuardRule) -> Guard:
@@ -144,19 +198,21 @@ class Guard:
 
     def applies(self, params: Mapping[str, Any], state: _Readable) -> bool:
         """Whether every condition holds (a field that is absent holds none)."""
-        for from_state, field, want in self.when:
-            value = state.get(field, _MISSING) if from_state else params.get(field, _MISSING)
-            if value is _MISSING or not pattern_matches(value, want):
+        for from_state, field_name, test in self._when_tests:
+            value = (
+                state.get(field_name, _MISSING) if from_state else params.get(field_name, _MISSING)
+            )
+            if value is _MISSING or not test(value):
                 return False
         return True
 
     def permits(self, action: Mapping[str, Any]) -> bool:
         """Whether ``action`` keeps this guard (when it applies)."""
         hit = False
-        for part in self.patterns:
-            for field, want in part:
-                value = action.get(field, _MISSING)
-                if value is _MISSING or not pattern_matches(value, want):
+        for part in self._pattern_tests:
+            for field_name, test in part:
+                value = action.get(field_name, _MISSING)
+                if value is _MISSING or not test(value):
                     break
             else:
                 hit = True

@@ -28,6 +28,7 @@ from forethought.policies import (
     drop_guarded,
 )
 from forethought.policies._events import EventType
+from forethought.policies._guards import compile_want, pattern_matches
 from forethought.runtime import ExecutorConfig, Tier
 from forethought.runtime._event import Event
 from forethought.runtime._executor import Executor
@@ -314,3 +315,23 @@ def test_a_loaded_tree_loses_the_branches_a_guard_now_refuses() -> None:
 def test_a_malformed_guard_names_its_problem(rule: dict[str, Any], problem: str) -> None:
     with pytest.raises(ValueError, match=re.escape(problem)):
         GuardRule.model_validate(rule)
+
+
+scalars = st.one_of(
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([0.0, 0.5, 1.0, -1.5, 2.25]),
+    st.sampled_from(["go", "stop", ""]),
+)
+wants = st.one_of(
+    scalars,
+    st.lists(scalars, min_size=1, max_size=3),
+    st.fixed_dictionaries({"min": st.integers(-2, 2)}),
+    st.fixed_dictionaries({"max": st.sampled_from([0.5, 1, 2.0])}),
+)
+
+
+@settings(max_examples=500)
+@given(value=scalars, want=wants)
+def test_compiled_tests_agree_with_the_reference_matcher(value: Any, want: Any) -> None:
+    assert compile_want(want)(value) is pattern_matches(value, want)
