@@ -254,10 +254,28 @@ class GuardSet:
     def refusal(
         self, action: Mapping[str, Any], params: Mapping[str, Any], state: _Readable
     ) -> str | None:
-        """The name of the first guard ``action`` breaks for this event and state, or None."""
+        """The name of the first guard ``action`` breaks for this event and state, or None.
+
+        :meth:`Guard.applies` and :meth:`Guard.permits` inlined: this runs on every tree hit.
+        """
+        missing = _MISSING
         for g in self._guards:
-            if g.applies(params, state) and not g.permits(action):
-                return g.name
+            for from_state, name, test in g._when_tests:
+                value = state.get(name, missing) if from_state else params.get(name, missing)
+                if value is missing or not test(value):
+                    break
+            else:
+                hit = False
+                for part in g._pattern_tests:
+                    for name, test in part:
+                        value = action.get(name, missing)
+                        if value is missing or not test(value):
+                            break
+                    else:
+                        hit = True
+                        break
+                if hit is g.forbid:
+                    return g.name
         return None
 
     def applicable(self, params: Mapping[str, Any], state: _Readable) -> tuple[int, ...]:
