@@ -212,12 +212,13 @@ def measure(rounds: int, events: int) -> dict[str, Any]:
         "rows": rows,
         "notes": (
             "Differences are medians of per-round differences. CPU time is the deciding "
-            "thread's (CLOCK_THREAD_CPUTIME_ID), what the check itself costs; the wall clock "
-            "adds the time the thread was not running. On this shared machine (load average "
-            "well above its core count while measured) a decision of about 15 µs is "
-            "preempted for milliseconds often enough that the wall-clock p99 sits on that "
-            "tail and moves by tens of µs between rounds for either executor; the CPU-time "
-            "p99 does not. Per round, CPU p99 off / on (µs): "
+            "thread's (CLOCK_THREAD_CPUTIME_ID); the wall clock adds the time the thread was "
+            "not running. On this shared machine (load average well above its core count "
+            "while measured) the p99 of a decision of about 15 µs sits on the tail of "
+            "preemptions and collector pauses, and moves by tens of µs between runs with no "
+            "change at all: the A/A column is that noise, measured beside the rest. The "
+            "guard check alone is what guards add to each decision's own work. "
+            "Per round, CPU p99 off / on (µs): "
             + "; ".join(
                 f"{a[1]:.1f} / {b[1]:.1f}"
                 for a, b in zip(figures["off", "cpu"], figures["on", "cpu"], strict=True)
