@@ -15,16 +15,31 @@ default with no parameters; a guard whose ``when`` reads only the state is prove
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ._action import ActionSchema
 from ._events import EventType, Grid
-from ._guards import Guard, GuardSet, is_range, pattern_matches
-from ._spec_check import StateValues
+from ._guards import Guard, GuardRule, GuardSet, is_range, pattern_matches
 
-if TYPE_CHECKING:
-    from ._spec_fields import SpecFields
+
+class SpecFields(Protocol):
+    """What the proof reads of a spec.
+
+    A protocol: the spec's model runs this proof, so this module does not import it.
+    """
+
+    @property
+    def guards(self) -> Sequence[GuardRule]: ...
+    @property
+    def events(self) -> Sequence[EventType]: ...
+    @property
+    def state(self) -> Mapping[str, Any]: ...
+    @property
+    def default_action(self) -> Mapping[str, Any]: ...
+    def action_schema(self) -> ActionSchema: ...
+
 
 __all__ = ["DefaultBreach", "default_breaches", "guard_errors"]
 
@@ -62,7 +77,7 @@ def default_breaches(spec: SpecFields, guards: GuardSet | None = None) -> list[D
     guards = guards if guards is not None else GuardSet(spec.guards)
     if not guards:
         return []
-    values = StateValues.of(spec)
+    values = _state_values(spec)
     out = []
     for i, t in enumerate(spec.events):
         default = t.default_action if t.default_action is not None else spec.default_action
@@ -78,7 +93,7 @@ def _breaches(
     path: str,
     t: EventType | None,
     state: Mapping[str, Any],
-    values: StateValues,
+    values: Mapping[str, list[Any] | None],
 ) -> list[DefaultBreach]:
     out = []
     for g in guards.guards:
@@ -94,7 +109,10 @@ def _breaches(
 
 
 def _witness(
-    g: Guard, t: EventType | None, initial: Mapping[str, Any], values: StateValues
+    g: Guard,
+    t: EventType | None,
+    initial: Mapping[str, Any],
+    values: Mapping[str, list[Any] | None],
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """A declared (params, state) in which ``g`` applies to an event of ``t``, or None."""
     params: dict[str, Any] = {}
@@ -104,9 +122,9 @@ def _witness(
     state = dict(initial)
     for from_state, field, want in g.when:
         if from_state:
-            if field not in values.fields:
+            if field not in values:
                 return None
-            declared = values.declared(field)
+            declared = values[field]
             v = _number_witness(want) if declared is None else _first(declared, want)
         else:
             if t is None or field not in t.params:
@@ -116,6 +134,34 @@ def _witness(
             return None
         (state if from_state else params)[field] = v
     return params, state
+
+
+def _state_values(spec: SpecFields) -> dict[str, list[Any] | None]:
+    """Per declared state field, the values it can take (None: a number, any value).
+
+    What ``StateValues`` in ``_spec_check`` declares (the initial value, the literals effects
+    set, the list parameters an effect copies), kept as values rather than reprs: the proof
+    matches them against conditions. Its own copy so that the spec's model, which runs this
+    proof, does not import the checker that imports the model.
+    """
+    values: dict[str, list[Any] | None] = {}
+    for field, initial in spec.state.items():
+        number = isinstance(initial, int | float) and not isinstance(initial, bool)
+        values[field] = None if number else [initial]
+    for t in spec.events:
+        for field, value in t.effects.items():
+            known = values.get(field)
+            if known is None:
+                continue
+            if isinstance(value, str) and value.startswith("$"):
+                domain = t.params.get(value[1:])
+                if isinstance(domain, Grid):
+                    values[field] = None
+                elif domain is not None:
+                    known += [v for v in domain if v not in known]
+            elif value not in known:
+                known.append(value)
+    return values
 
 
 def _first(options: list[Any], want: Any) -> Any:
