@@ -29,7 +29,7 @@ from forethought.models import GenerationStatus, ModelBackend
 from forethought.models._gate import ModelGate
 from forethought.models._health import PlannerHealth
 from forethought.models._prompt import state_context
-from forethought.policies import ActionSchema, ConfigError, ForethoughtError
+from forethought.policies import ActionSchema, ConfigError, ForethoughtError, GuardSet
 from forethought.policies._events import EventKey, EventSpace
 from forethought.policies._state import WorldState
 from forethought.policies._tree import PolicyNode, PolicyTree
@@ -174,6 +174,9 @@ class Planner:
             planning.
         fleet: the fleet this planner shares its tree with (None: it plans alone): the states
             it plans for, the branches it may write, and where written ones go.
+        guards: the spec's guards: each branch is written under the grammar they narrow for
+            its (state, event), scored among the candidates they allow, and never stored when
+            one refuses it (a guard that cannot be compiled).
 
     """
 
@@ -194,8 +197,11 @@ class Planner:
         near_states: bool = True,
         candidates: Sequence[BaseModel] | None = None,
         fleet: FleetLink | None = None,
+        guards: GuardSet | None = None,
     ) -> None:
         self._backend = backend
+        self._guards = guards if guards is not None else GuardSet()
+        self._cand_readable = [schema.readable(c) for c in candidates or []]
         self._fleet = fleet
         self._live_tiers = live_tiers
         self._near_states = near_states
@@ -639,11 +645,14 @@ class Planner:
         """Write one batch; returns (kind, detail) when it wrote nothing usable."""
         # Cut to the probe before claiming: a claimed branch is one this planner writes.
         batch, probe = self._take_probe(batch)
-        if self._fleet is not None:
+        scoring = self.method() == "score"
+        # Before claiming too: a branch left for a later round's grammar is not claimed.
+        batch, schema = (batch, self._schema) if scoring else self._one_grammar(batch)
+        if self._fleet is not None and batch:
             batch = await self._fleet.claim(batch)  # others' branches are theirs to write
-            if not batch:
-                return None
-        if self.method() == "score":
+        if not batch:
+            return None
+        if scoring:
             return await self._score_batch(batch, probe=probe)
         cfg = self._config
         state = batch[0].state
@@ -655,7 +664,7 @@ class Planner:
                 gens = await self._backend.generate(
                     context,
                     events,
-                    self._schema,
+                    schema,
                     deadline=math.inf if probe else self._now() + cfg.batch_timeout_s,
                     cancel=cancel,
                     max_new_tokens=cfg.max_new_tokens,
@@ -668,7 +677,9 @@ class Planner:
         written, bad = 0, []
         for branch, gen in zip(batch, gens, strict=True):
             if gen.ok and gen.action is not None:
-                if self._insert(branch, gen.action, gen.text, gen.output_tokens, gen.seconds):
+                if self._insert(
+                    branch, gen.action, gen.text, gen.output_tokens, gen.seconds, schema
+                ):
                     written += 1
                 else:
                     bad.append("invalid")
@@ -690,6 +701,31 @@ class Planner:
             return "outputs", f"{len(bad)} of {len(batch)} unusable ({', '.join(sorted(set(bad)))})"
         return None
 
+    def _one_grammar(self, batch: list[Branch]) -> tuple[list[Branch], ActionSchema]:
+        """The branches of ``batch`` that share the first one's guard-narrowed grammar.
+
+        A round is one constrained call, so one grammar: the others stay candidates for the
+        next rounds. A branch the guards leave no action for is not planned (the default
+        answers it) and backs off.
+        """
+        if not self._guards:
+            return batch, self._schema
+        grammars: list[tuple[Branch, ActionSchema]] = []
+        for b in batch:
+            narrowed = self._guards.narrowed(self._schema, self._applies(b))
+            if narrowed is None:
+                self._count_error("guarded")
+                self._backoff(b)
+            else:
+                grammars.append((b, narrowed))
+        if not grammars:
+            return [], self._schema
+        first = grammars[0][1]
+        return [b for b, g in grammars if g is first], first
+
+    def _applies(self, b: Branch) -> tuple[int, ...]:
+        return self._guards.applicable(dict(b.key.params), b.state)
+
     async def _score_batch(self, batch: list[Branch], *, probe: bool) -> tuple[str, str] | None:
         """Write branches by scoring every candidate action, one event per forward pass."""
         cands = self._candidates
@@ -699,6 +735,15 @@ class Planner:
         refused = 0
         async with self._gate.background() as cancel:
             for branch in batch:
+                if self._guards:  # the candidates the guards allow for this branch
+                    allowed = self._guards.allowed_candidates(
+                        self._cand_readable, self._applies(branch)
+                    )
+                    cands = [self._candidates[j] for j in allowed] if self._candidates else []
+                    if not cands:
+                        self._count_error("guarded")
+                        self._backoff(branch)
+                        continue
                 t0 = self._now()
                 try:
                     scores = await self._backend.score(
@@ -730,10 +775,24 @@ class Planner:
         return None
 
     def _insert(
-        self, branch: Branch, action: BaseModel, compact: str, tokens: int, seconds: float
+        self,
+        branch: Branch,
+        action: BaseModel,
+        compact: str,
+        tokens: int,
+        seconds: float,
+        written_with: ActionSchema | None = None,
     ) -> bool:
-        """Put a written branch in the tree; False when the validator of record refuses it."""
-        readable = self._schema.readable(action)
+        """Put a written branch in the tree; False when the validator of record refuses it.
+
+        Or when a guard refuses it; ``written_with``: the guard-narrowed schema it was written
+        under.
+        """
+        readable = (written_with or self._schema).readable(action)
+        if self._guards and self._guards.refusal(readable, dict(branch.key.params), branch.state):
+            self._count_error("guarded")
+            self._backoff(branch)
+            return False
         try:
             node = self._tree.insert(
                 PolicyNode(

@@ -28,6 +28,8 @@ from ._errors import (
     SnapshotError,
 )
 from ._events import EventKey, EventSpace
+from ._guard_proof import DefaultBreach, default_breaches
+from ._guards import GuardRule, GuardSet, drop_guarded
 from ._spec import AgentSpec
 from ._spec_check import Problem, check_spec
 from ._state import WorldState
@@ -40,9 +42,12 @@ __all__ = [
     "BackendError",
     "ConfigError",
     "DeadlinePassed",
+    "DefaultBreach",
     "EventKey",
     "EventSpace",
     "ForethoughtError",
+    "GuardRule",
+    "GuardSet",
     "InputError",
     "InvalidAction",
     "InvalidEvent",
@@ -62,4 +67,6 @@ __all__ = [
     "SnapshotError",
     "WorldState",
     "check_spec",
+    "default_breaches",
+    "drop_guarded",
 ]

@@ -81,6 +81,9 @@ class EventType(BaseModel):
     """Per numeric parameter: how far (in its units) a tree answer may be borrowed from."""
     state_fields: list[str] | None = None
     """The state fields this type's decisions depend on (None: the spec's ``state_fields``)."""
+    default_action: dict[str, Any] | None = None
+    """This type's safe action, where the spec's ``default_action`` cannot serve it (a guard
+    it would break for this type); it must validate and keep every guard."""
     latest_only: bool = False
     """Only the newest event of this type matters (a pose, a distance reading): of several
     waiting (a backlog after an outage), the newest is decided and the older are refused as

@@ -161,7 +161,51 @@ class _Checker:
         grids = self.events()
         self.action()
         self.state_parts(grids)
+        if not any(p.severity == "error" for p in self.problems):
+            self.guards()
         return self.problems
+
+    def guards(self) -> None:
+        """Guards against the whole spec (the default's proof), once all else is right."""
+        plain = {k: v for k, v in self.data.items() if k in _SPEC_KEYS}
+        plain["events"] = [
+            {k: v for k, v in e.items() if k != "accept"} if isinstance(e, Mapping) else e
+            for e in plain.get("events", [])
+        ]
+        from ._events import EventType  # noqa: PLC0415
+        from ._guard_proof import guard_errors  # noqa: PLC0415 - it imports this module
+        from ._guards import GuardRule  # noqa: PLC0415
+
+        try:
+            rules = [GuardRule.model_validate(g) for g in plain.pop("guards", None) or []]
+            events = [EventType.model_validate(e) for e in plain["events"]]
+            # Without guards and event defaults first, then with them as they are: every
+            # problem of theirs is listed on its own instead of the first the loader stops at.
+            plain["events"] = [e.model_copy(update={"default_action": None}) for e in events]
+            spec = SpecFields.model_validate(plain).model_copy(
+                update={"guards": rules, "events": events}
+            )
+        except ValidationError as exc:
+            self.problems += validation_problems(exc, "guards")
+            return
+        for line in guard_errors(spec):
+            path, _, problem = line.partition(": ")
+            problem, sep, fix = problem.rpartition("; ")
+            if not sep:
+                problem, fix = fix, ""
+            self.error(path, None, problem, fix)
+        if any(p.severity == "error" for p in self.problems):
+            return
+        schema = spec.action_schema()
+        names = [g.name for g in spec.guards]
+        for name, why in spec.guard_set().not_compilable(schema):
+            self.warn(
+                f"guards[{names.index(name)}]",
+                name,
+                f"cannot be compiled into the action grammar ({why}): the model may write "
+                "what it forbids, and the executor refuses it when an action is selected",
+                "a pattern on one field (an enum value, a range at one end) compiles",
+            )
 
     # -- top level ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from ._abstraction import StateAbstraction
 from ._action import ActionSchema
 from ._errors import ForethoughtError
 from ._events import EventSpace, EventType, Grid
+from ._guards import GuardRule, GuardSet
 from ._state import WorldState
 
 __all__ = ["EVENT_EXTRA_KEYS", "SpecFields", "event_keys", "required_spec_keys", "spec_keys"]
@@ -48,6 +49,9 @@ class SpecFields(BaseModel):
     events: list[EventType] = Field(min_length=1)
     candidates: list[dict[str, Any]] | None = None
     """Actions the score tier may choose from when the action space is not enumerable."""
+    guards: list[GuardRule] = Field(default_factory=list)
+    """Rules no action may break, on every tier (:mod:`._guards`); the defaults must keep
+    them in every declared state and event."""
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
@@ -62,6 +66,10 @@ class SpecFields(BaseModel):
             except ForethoughtError as exc:
                 raise ValueError(f"candidates[{i}] does not validate: {exc}") from None
         EventSpace(self.events)  # duplicate types
+        from ._guard_proof import guard_errors  # noqa: PLC0415 - it reads this model
+
+        for problem in guard_errors(self):
+            raise ValueError(problem)
         for name, tol in self.state_tolerance.items():
             if name not in self.state_grids:
                 raise ValueError(
@@ -87,6 +95,14 @@ class SpecFields(BaseModel):
     def action_schema(self) -> ActionSchema:
         """The action schema (built from ``action``)."""
         return ActionSchema.from_json_schema(self.action, name=_model_name(self.name))
+
+    def guard_set(self) -> GuardSet:
+        """The guards, compiled (built from ``guards``)."""
+        return GuardSet(self.guards)
+
+    def type_defaults(self) -> dict[str, dict[str, Any]]:
+        """Each event type's own ``default_action``, where it has one."""
+        return {t.type: t.default_action for t in self.events if t.default_action is not None}
 
     def event_space(self) -> EventSpace:
         """The event space (built from ``events``)."""

@@ -29,6 +29,7 @@ from ._health import HealthConfig
 from ._health_report import (
     BusSection,
     CountersSection,
+    GuardsSection,
     HealthReport,
     LatencySection,
     ModelSection,
@@ -67,6 +68,7 @@ __all__ = [
     "EventsConfig",
     "ExecutorConfig",
     "FleetConfig",
+    "GuardsSection",
     "HealthConfig",
     "HealthReport",
     "InProcessBus",

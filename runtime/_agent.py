@@ -239,6 +239,7 @@ class Agent:
                     guard_s=w.guard_ms / 1e3,
                     margin_s=margin,
                 )
+            guards = self.spec.guard_set()  # one set: its narrowed grammars are cached once
             self.executor = Executor(
                 space=self.space,
                 schema=self.schema,
@@ -250,6 +251,8 @@ class Agent:
                 candidates=self.spec.candidates,
                 config=self.config.executor,
                 watchdog=self.watchdog,
+                guards=guards,
+                type_defaults=self.spec.type_defaults(),
             )
             if cfg.fleet.url is not None:
                 from ._fleet_tree import FleetTree  # noqa: PLC0415 - needs the fleet extra
@@ -280,6 +283,7 @@ class Agent:
                     near_states=self.config.executor.near_states,
                     candidates=self.executor.candidates,
                     fleet=self.fleet,
+                    guards=guards,
                 )
                 if self.fleet is not None:
                     self.fleet.on_change = self.planner.wake

@@ -60,10 +60,12 @@ class Decision:
     """The deadline on the wall clock: an actuator drops an action that arrives after it."""
     decided_at_ns: int | None = None
     """When the decision was made, on the wall clock."""
+    guarded: tuple[tuple[str, str], ...] = ()
+    """(tier, guard) for each answer a guard refused before this one was sent."""
 
     def payload(self) -> dict[str, Any]:
-        """The actions-topic payload."""
-        return {
+        """The actions-topic payload (``guarded`` only when a guard refused an answer)."""
+        out = {
             "id": self.event_id,
             "action": self.action,
             "tier": self.tier.value,
@@ -77,6 +79,9 @@ class Decision:
             "deadline_ns": self.deadline_ns,
             "decided_at_ns": self.decided_at_ns,
         }
+        if self.guarded:
+            out["guarded"] = [{"tier": t, "guard": g} for t, g in self.guarded]
+        return out
 
 
 def wall_ns(at: float | None, event: Event) -> int | None:

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -31,7 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from forethought.models import GenerationStatus, ModelBackend
 from forethought.models._gate import ModelGate
 from forethought.models._prompt import state_context
-from forethought.policies import ActionSchema, ForethoughtError, InvalidEvent
+from forethought.policies import (
+    ActionSchema,
+    ForethoughtError,
+    GuardSet,
+    InvalidEvent,
+    drop_guarded,
+)
 from forethought.policies._events import EventKey, EventSpace
 from forethought.policies._state import WorldState
 from forethought.policies._tree import PolicyNode, PolicyTree
@@ -39,6 +45,7 @@ from forethought.policies._tree import PolicyNode, PolicyTree
 from ._capabilities import SupportsLivePrediction
 from ._decision import Decision, Tier, late_reason, wall_ns
 from ._event import Event
+from ._guard_counts import GuardCounts
 from ._id_window import EXECUTOR_MAX_IDS, EXECUTOR_WINDOW_S, IdWindow
 from ._skipped import does_not_fit
 from ._watchdog import StallWatchdog
@@ -109,6 +116,8 @@ class ExecutorStats:
     model_errors: int = 0
     answers_kept: int = 0
     """Score or live answers kept in the tree as branches (see ``keep_answers``)."""
+    guards: GuardCounts = field(default_factory=GuardCounts)
+    """Guard refusals by tier and guard, branches dropped at load."""
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
 
     def latency_ms(self) -> dict[str, float | None]:
@@ -139,6 +148,7 @@ class ExecutorStats:
             "invalid": self.invalid,
             "model_errors": self.model_errors,
             "answers_kept": self.answers_kept,
+            "guards": self.guards.as_dict(),
             "latency_ms": self.latency_ms(),
         }
 
@@ -158,6 +168,10 @@ class Executor:
         config: settings.
         watchdog: answers events with the default when the loop stalls (its decision then
             stands for the event).
+        guards: rules no action may break: an answer a guard refuses is never sent, the next
+            tier answers (the score tier's candidates and the live tier's grammar are narrowed
+            by them first); a loaded tree's branches they refuse are dropped.
+        type_defaults: per event type, its own safe action (else ``default_action``).
 
     """
 
@@ -174,6 +188,8 @@ class Executor:
         candidates: Sequence[dict[str, Any]] | None = None,
         config: ExecutorConfig | None = None,
         watchdog: StallWatchdog | None = None,
+        guards: GuardSet | None = None,
+        type_defaults: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self._space = space
         self._watchdog = watchdog
@@ -181,6 +197,11 @@ class Executor:
         self._tree = tree
         self._default = schema.validate(default_action)
         self._default_json = schema.readable(self._default)
+        self._type_defaults = {
+            t: schema.readable(schema.validate(a)) for t, a in (type_defaults or {}).items()
+        }
+        self._guards = guards if guards is not None else GuardSet()
+        self._guarded = bool(self._guards)
         self._description = description
         self._backend = backend
         self._gate = gate or ModelGate()
@@ -197,6 +218,9 @@ class Executor:
         self.stats = ExecutorStats()
         # The tree admits only actions the validator of record accepts, so a hit is a lookup.
         self.stats.invalid += tree.admit_only(schema.validate)
+        if self._guarded:
+            self.stats.guards.dropped = drop_guarded(tree, self._guards)
+        self._cand_readable = [schema.readable(c) for c in self._candidates or []]
         self._done: OrderedDict[str, Decision] = OrderedDict()
         self._seen = IdWindow(  # the ids decided, by when
             max_ids=self._config.max_remembered_ids, window_s=self._config.remember_ids_s
@@ -301,6 +325,7 @@ class Executor:
         end = event.deadline - self._config.margin_ms / 1e3
         key = self._space.key(event.type, event.params)
         skipped: list[tuple[str, str]] = []
+        guarded: list[tuple[str, str]] = []
 
         def finish(tier: Tier, action: dict[str, Any], nearest: str | None = None) -> Decision:
             now = loop.time()
@@ -321,11 +346,12 @@ class Executor:
                 late=None if in_time else late_reason(event, tier, now, self._config.margin_ms),
                 deadline_ns=wall_ns(event.deadline, event),
                 decided_at_ns=wall_ns(now, event),
+                guarded=tuple(guarded),
             )
 
         if event.default_only:
             skipped.append(("all", "age unknown: default only (events.no_age)"))
-            decision = finish(Tier.DEFAULT, dict(self._default_json))
+            decision = finish(Tier.DEFAULT, self._default_for(event, state))
             late = decision.late or "age unknown: when it was sent is not known (events.no_age)"
             return replace(decision, late=late)
         # 1. tree
@@ -337,23 +363,66 @@ class Executor:
             found = self._from_tree(state, key)
             if found is None:
                 skipped.append(("tree", "no branch for this state"))
-            else:
+            elif not self._guarded:
                 return finish(Tier.TREE, *found)
+            else:
+                refused = self._guards.refusal(found[0], event.params, state)
+                if refused is None:
+                    return finish(Tier.TREE, *found)
+                self._refused("tree", refused, skipped, guarded)
         # 2. score, 3. live
         if self._backend is not None:
             context = state_context(self._description, state.to_json())
             text = self._describe(event, key)
-            action = await self._score(context, text, end, skipped)
-            if action is not None:
+            applies = self._guards.applicable(event.params, state) if self._guarded else ()
+            action = await self._score(context, text, end, skipped, applies)
+            if action is not None and self._kept(action, applies, "score", skipped, guarded):
                 self._keep_answer(state, key, action)
                 return finish(Tier.SCORE, action)
-            action = await self._live(context, text, end, skipped)
-            if action is not None:
+            action = await self._live(context, text, end, skipped, applies)
+            if action is not None and self._kept(action, applies, "live", skipped, guarded):
                 self._keep_answer(state, key, action)
                 return finish(Tier.LIVE, action)
         else:
             skipped.append(("model", "no backend"))
-        return finish(Tier.DEFAULT, dict(self._default_json))
+        return finish(Tier.DEFAULT, self._default_for(event, state))
+
+    def _default_for(self, event: Event, state: WorldState) -> dict[str, Any]:
+        """The event type's safe action (a copy); a guard it breaks is counted, not obeyed.
+
+        ``forethought check`` proves the defaults keep every guard over the declared states
+        and events; outside them the default is still the last answer there is.
+        """
+        default = self._type_defaults.get(event.type, self._default_json)
+        if self._guarded and self._guards.refusal(default, event.params, state) is not None:
+            self.stats.guards.default_breaks += 1
+        return dict(default)
+
+    def _kept(
+        self,
+        action: dict[str, Any],
+        applies: tuple[int, ...],
+        tier: str,
+        skipped: list[tuple[str, str]],
+        guarded: list[tuple[str, str]],
+    ) -> bool:
+        """Whether no guard that applies refuses a model tier's ``action`` (else counted)."""
+        refused = self._guards.refusal_among(action, applies) if applies else None
+        if refused is None:
+            return True
+        self._refused(tier, refused, skipped, guarded)
+        return False
+
+    def _refused(
+        self,
+        tier: str,
+        guard: str,
+        skipped: list[tuple[str, str]],
+        guarded: list[tuple[str, str]],
+    ) -> None:
+        self.stats.guards.refuse(tier, guard)
+        skipped.append((tier, f"refused by guard {guard}"))
+        guarded.append((tier, guard))
 
     def _keep_answer(self, state: WorldState, key: EventKey | None, action: dict[str, Any]) -> None:
         """Keep a score or live answer as the tree's branch for its exact (state, key).
@@ -518,13 +587,25 @@ class Executor:
                 await probe
 
     async def _score(
-        self, context: str, text: str, end: float, skipped: list[tuple[str, str]]
+        self,
+        context: str,
+        text: str,
+        end: float,
+        skipped: list[tuple[str, str]],
+        applies: tuple[int, ...] = (),
     ) -> Any:
         backend, cands = self._backend, self._candidates
         assert backend is not None
         if not self._config.use_score or cands is None:
             skipped.append(("score", "action space not enumerable"))
             return None
+        if applies:  # only the candidates the guards that apply allow (cached per guard set)
+            allowed = self._guards.allowed_candidates(self._cand_readable, applies)
+            if not allowed:
+                skipped.append(("score", "guards leave no candidate"))
+                return None
+            if len(allowed) < len(cands):
+                cands = [cands[j] for j in allowed]
         predicted = backend.latency.prefill(self._config.event_tokens + self._cand_tokens).p95
         scores = await self._model_call(
             "score",
@@ -541,18 +622,28 @@ class Executor:
         return self._validated(cands[scores.best], skipped, "score")
 
     async def _live(
-        self, context: str, text: str, end: float, skipped: list[tuple[str, str]]
+        self,
+        context: str,
+        text: str,
+        end: float,
+        skipped: list[tuple[str, str]],
+        applies: tuple[int, ...] = (),
     ) -> Any:
         backend = self._backend
         assert backend is not None
         if not self._config.use_live:
             skipped.append(("live", "disabled"))
             return None
+        # The grammar with the guards that apply written in (cached per guard set).
+        schema = self._guards.narrowed(self._schema, applies) if applies else self._schema
+        if schema is None:
+            skipped.append(("live", "guards leave no action to write"))
+            return None
         lat = backend.latency
         cold = False
         if isinstance(backend, SupportsLivePrediction):
-            predicted = backend.predict_live(context, text, self._schema).p95
-            cold = not backend.prompt_cached(context, self._schema)
+            predicted = backend.predict_live(context, text, schema).p95
+            cold = not backend.prompt_cached(context, schema)
         else:
             predicted = lat.call(self._config.event_tokens, lat.typical_steps()).p95
 
@@ -561,7 +652,7 @@ class Executor:
                 await backend.generate(
                     context,
                     [text],
-                    self._schema,
+                    schema,
                     deadline=asyncio.get_running_loop().time() + _PROBE_S,
                     cancel=cancel,
                     max_new_tokens=self._config.live_max_new_tokens,
@@ -574,7 +665,7 @@ class Executor:
             lambda: backend.generate(
                 context,
                 [text],
-                self._schema,
+                schema,
                 deadline=end,
                 max_new_tokens=self._config.live_max_new_tokens,
             ),
@@ -594,13 +685,20 @@ class Executor:
                 self._probe_if_stale(probe)
             skipped.append(("live", gen.status.value))
             return None
-        return self._validated(gen.action, skipped, "live")
+        return self._validated(gen.action, skipped, "live", schema)
 
     def _validated(
-        self, action: BaseModel, skipped: list[tuple[str, str]], tier: str
+        self,
+        action: BaseModel,
+        skipped: list[tuple[str, str]],
+        tier: str,
+        written_with: ActionSchema | None = None,
     ) -> dict[str, Any] | None:
-        """The readable action when the validator of record accepts it, else None."""
-        readable = self._schema.readable(action)
+        """The readable action when the validator of record accepts it, else None.
+
+        ``written_with``: the (narrowed) schema the action was generated under.
+        """
+        readable = (written_with or self._schema).readable(action)
         try:
             self._schema.validate(readable)
         except ForethoughtError:

@@ -28,6 +28,7 @@ from ._health_report import (
     AgeSection,
     CountersSection,
     EngineSection,
+    GuardsSection,
     HealthReport,
     LatencySection,
     ModelSection,
@@ -203,6 +204,7 @@ def _counters(agent: HealthSource) -> CountersSection:
         latency_ms=LatencySection(**s.latency_ms()),
         watchdog=stalls,
         age=age,
+        guards=GuardsSection(**s.guards.as_dict()),
     )
 
 

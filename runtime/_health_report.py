@@ -16,6 +16,7 @@ __all__ = [
     "BusSection",
     "CountersSection",
     "EngineSection",
+    "GuardsSection",
     "HealthReport",
     "LatencySection",
     "ModelSection",
@@ -147,6 +148,21 @@ class WatchdogSection(BaseModel):
     stall_ms: list[float]
 
 
+class GuardsSection(BaseModel):
+    """Guard refusals, by tier and by guard name.
+
+    ``refused``: answers a guard refused (the next tier answered); ``dropped``: branches of a
+    loaded tree dropped by guard; ``default_breaks``: defaults sent though a guard refused them
+    (a state outside the declared domains).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    refused: dict[str, dict[str, int]] = Field(default_factory=dict)
+    dropped: dict[str, int] = Field(default_factory=dict)
+    default_breaks: int = 0
+
+
 class CountersSection(BaseModel):
     """What the executor decided, and what it refused."""
 
@@ -169,6 +185,8 @@ class CountersSection(BaseModel):
     watchdog: WatchdogSection | None
     age: AgeSection
     """Events refused as expired, superseded, of unknown age or from the future."""
+    guards: GuardsSection = Field(default_factory=GuardsSection)
+    """Guard refusals by tier and by guard name."""
 
 
 class BusSection(BaseModel):

@@ -160,6 +160,15 @@ def prometheus_text(report: HealthReport) -> bytes:
             m.add_metric(agent, count)
             yield m
         yield from _planner_families(report, agent, CounterMetricFamily, GaugeMetricFamily)
+        guarded = CounterMetricFamily(
+            "forethought_guard_refusals",
+            "Answers a guard refused, by tier and guard (the next tier answered)",
+            labels=["agent", "tier", "guard"],
+        )
+        for tier, by_guard in sorted(c.guards.refused.items()):
+            for guard, n in sorted(by_guard.items()):
+                guarded.add_metric([report.agent, tier, guard], n)
+        yield guarded
         for name, value, doc in (
             ("forethought_tree_nodes", report.tree.nodes, "Policy tree nodes"),
             ("forethought_tree_coverage", report.tree.coverage, "Next-event mass answered"),

@@ -297,6 +297,8 @@ def _selection(scenario: Scenario, rounds: int) -> Cost:
         tree=tree,
         default_action=spec.default_action,
         description=spec.description,
+        guards=spec.guard_set(),
+        type_defaults=spec.type_defaults(),
     )
     events = [e for e in scenario.events() if space.key(e.type, e.params) is not None]
 

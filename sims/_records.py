@@ -43,6 +43,9 @@ class Record:
     """Why each tier before the answering one did not answer (``tier: reason``)."""
     budget_ms: float | None = None
     """What the executor had left when the event reached it (deadline - margin - arrival)."""
+    guarded: tuple[tuple[str, str], ...] = ()
+    """(tier, guard) for each answer a guard refused before this one was sent: that tier
+    did not answer the event."""
 
     @property
     def model_written(self) -> bool:
@@ -67,7 +70,10 @@ class Record:
             "out_of_space": self.out_of_space,
             "correct": self.correct,
             "skipped": list(self.skipped),
-        }
+        } | (
+            # Only where a guard refused an answer: other replays' lines stay as they were.
+            {"guarded": [{"tier": t, "guard": g} for t, g in self.guarded]} if self.guarded else {}
+        )
 
 
 @dataclass(slots=True)

@@ -137,6 +137,7 @@ class _Strategy:
         cpu_ms: float = 0.0,
         skipped: tuple[str, ...] = (),
         budget_ms: float | None = None,
+        guarded: tuple[tuple[str, str], ...] = (),
     ) -> None:
         """Append the record of event ``i``."""
         sc = self.scenario
@@ -161,6 +162,7 @@ class _Strategy:
                 nearest,
                 skipped,
                 budget_ms,
+                guarded,
             )
         )
 
@@ -315,6 +317,7 @@ async def _agent_run(
                 cpu_ms=cpu,
                 skipped=tuple(f"{tier}: {why}" for tier, why in d.skipped),
                 budget_ms=d.budget_s * 1e3,
+                guarded=d.guarded,
             )
             progress()
 

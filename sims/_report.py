@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import io
 from collections.abc import Callable, Mapping
@@ -51,6 +52,11 @@ def metrics(run: StrategyRun) -> dict[str, Any]:
     in_time = [r for r in recs if r.model_written and r.met]
     tree = [r for r in recs if r.tier == "tree"]
     tree_cpu = [r.decide_cpu_ms for r in tree]
+    refused: dict[str, dict[str, int]] = {}
+    for r in recs:
+        for tier, guard in r.guarded:
+            by_guard = refused.setdefault(tier, {})
+            by_guard[guard] = by_guard.get(guard, 0) + 1
     by_type: dict[str, dict[str, float | None]] = {}
     for t in sorted({r.type for r in recs}):
         rs = [r for r in recs if r.type == t]
@@ -98,6 +104,9 @@ def metrics(run: StrategyRun) -> dict[str, Any]:
         },
         "tree_selection_ms": {"p50": _pct(tree_cpu, 0.5), "p99": _pct(tree_cpu, 0.99)},
         "out_of_space": sum(r.out_of_space for r in recs),
+        # Answers a guard refused, by tier and guard: that tier did not answer those events
+        # (the record's tier is the one that did).
+        "guard_refusals": refused,
         "by_type": by_type,
         "planner": run.planner or None,
         "model_time": run.model or None,
@@ -159,13 +168,43 @@ TABLE_ROWS = tuple(label for label, _ in _ROWS)
 """Every row label the sim table prints (docs/concepts/scoreboard.md defines each)."""
 
 
+def _guard_rows(names: list[str]) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
+    """Guard refusals per tier, then per guard (tree/score/live each)."""
+
+    def per_tier(m: dict[str, Any], guard: str | None) -> str:
+        counts = m["guard_refusals"]
+        return "/".join(
+            str(
+                sum(counts.get(t, {}).values())
+                if guard is None
+                else counts.get(t, {}).get(guard, 0)
+            )
+            for t in ("tree", "score", "live")
+        )
+
+    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("guard refused t/s/l", lambda m: per_tier(m, None))
+    ]
+    rows += [(f"  {name[:20]}", functools.partial(_per_guard, per_tier, name)) for name in names]
+    return rows
+
+
+def _per_guard(
+    per_tier: Callable[[dict[str, Any], str | None], str], guard: str, m: dict[str, Any]
+) -> str:
+    return per_tier(m, guard)
+
+
 def table(scenario: Scenario, runs: Mapping[str, StrategyRun]) -> str:
     """A terminal table, strategies side by side."""
     ms = {k: metrics(v) for k, v in runs.items()}
+    rows = list(_ROWS)
+    if scenario.spec.guards:  # only a scenario with guards shows their rows
+        rows += _guard_rows([g.name for g in scenario.spec.guards])
     names = list(ms)
     width = max(14, *(len(n) + 2 for n in names))
     lines = [f"{scenario.name}".ljust(24) + "".join(n.rjust(width) for n in names)]
-    lines += [label.ljust(24) + "".join(f(ms[n]).rjust(width) for n in names) for label, f in _ROWS]
+    lines += [label.ljust(24) + "".join(f(ms[n]).rjust(width) for n in names) for label, f in rows]
     return "\n".join(lines)
 
 
