@@ -128,7 +128,8 @@ def run_sim(
     side: all in-process, and with the planner on the server (``<name>@server``) while the
     live tiers stay in-process.
     """
-    if scenario_path.suffix == ".mcap":  # a robot's recording: the spec and mapping say how
+    recording = scenario_path.suffix == ".mcap" or (scenario_path / "metadata.yaml").is_file()
+    if recording:  # a robot's recording (an MCAP, a rosbag2 folder): the spec and map say how
         if spec is None or mapping is None:
             raise ConfigError(
                 "scenario", str(scenario_path), "replaying a recording needs --spec and --map"
