@@ -40,6 +40,7 @@ from ._health_report import (
 from ._recorder import McapRecorder
 from ._start_steps import StartSteps
 from .transports import (
+    ROS2_ROUTER,
     ActionMap,
     EventBus,
     InProcessBus,
@@ -47,6 +48,8 @@ from .transports import (
     MqttBus,
     MqttBusSection,
     MqttSecurity,
+    Ros2Bus,
+    Ros2BusSection,
     Ros2Map,
     Ros2TypeError,
     Ros2Types,
@@ -66,6 +69,7 @@ from .transports import (
 )
 
 __all__ = [
+    "ROS2_ROUTER",
     "ActedIds",
     "ActionMap",
     "Agent",
@@ -92,6 +96,8 @@ __all__ = [
     "MqttConfig",
     "MqttSecurity",
     "PlannerSection",
+    "Ros2Bus",
+    "Ros2BusSection",
     "Ros2Map",
     "Ros2TypeError",
     "Ros2Types",

@@ -10,6 +10,7 @@ payload helpers and the buses' counters are private (imported from their modules
 from ._bus import EventBus, InProcessBus
 from ._mqtt import MqttBus, MqttBusSection, expiry_properties
 from ._mqtt_security import MqttSecurity
+from ._ros2_bus import ROS2_ROUTER, Ros2Bus, Ros2BusSection
 from ._ros2_map import (
     ActionMap,
     MappedMessage,
@@ -27,6 +28,7 @@ from ._zenoh import ZenohBus, ZenohBusSection, zenoh_config
 from ._zenoh_security import ZenohSecurity
 
 __all__ = [
+    "ROS2_ROUTER",
     "ActionMap",
     "EventBus",
     "InProcessBus",
@@ -34,6 +36,8 @@ __all__ = [
     "MqttBus",
     "MqttBusSection",
     "MqttSecurity",
+    "Ros2Bus",
+    "Ros2BusSection",
     "Ros2Map",
     "Ros2TypeError",
     "Ros2Types",

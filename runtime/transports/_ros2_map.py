@@ -202,14 +202,18 @@ def _stamp_ns(message: Mapping[str, Any]) -> int | None:
     return ns if ns > 0 else None
 
 
-def action_message(actions: ActionMap, action: Mapping[str, Any]) -> dict[str, Any]:
-    """The message value that carries ``action``; Ros2TypeError when a mapped field is missing.
+def action_message(actions: ActionMap, decision: Mapping[str, Any]) -> dict[str, Any]:
+    """The message value that carries a decision (``{"action": {...}, ...}``).
 
-    A String carries the action's JSON (keys sorted); a typed message gets each mapped field
-    from the action (every one must be there: nothing is sent in part).
+    A String carries the decision's JSON (keys sorted: the action, its tier, latency, deadline,
+    ``met``); a typed message gets each mapped field from the action. Ros2TypeError when a mapped
+    field is missing: nothing is sent in part.
     """
     if actions.type == STRING_TYPE:
-        return {"data": orjson.dumps(action, option=orjson.OPT_SORT_KEYS).decode()}
+        return {"data": orjson.dumps(decision, option=orjson.OPT_SORT_KEYS).decode()}
+    action = decision.get("action")
+    if not isinstance(action, Mapping):
+        raise Ros2TypeError(f"the decision has no action object ({action!r:.60})")
     out: dict[str, Any] = {}
     for target, source in actions.fields.items():
         try:
