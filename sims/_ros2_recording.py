@@ -40,6 +40,7 @@ __all__ = [
     "check_recording_map",
     "read_ros2_recording",
     "recorded_types",
+    "scenario_ros2_map",
     "trace_from_ros2",
 ]
 
@@ -204,3 +205,18 @@ def check_recording_map(scenario_path: str, block: Any, spec: AgentSpec) -> list
         except ConfigError as exc:
             return [Problem("error", "mcap.path", exc.value, f"{exc.field}: {exc.problem}")]
     return check_ros2_map(ros2_map, spec, where=f"{map_path}", recorded_types=recorded)
+
+
+def scenario_ros2_map(scenario_path: Path, mapping: Path | None) -> Ros2Map | None:
+    """The ROS 2 map a replay uses: ``mapping`` (``--map``) or the scenario's ``mcap`` block's.
+
+    None when the replay is not of a ROS 2 recording.
+    """
+    if mapping is None:
+        data = load_document(scenario_path)
+        block = data.get("mcap") if isinstance(data, Mapping) else None
+        if not isinstance(block, Mapping) or not isinstance(block.get("map"), str):
+            return None
+        mapping = scenario_path.parent / block["map"]
+    map_data = load_document(mapping)
+    return load_ros2_map(mapping, map_data) if is_ros2_map(map_data) else None

@@ -178,6 +178,12 @@ class Ros2Types:
             )
         return fielddef
 
+    def msgdef(self, name: str) -> str:
+        """The type as a ``ros2msg`` schema: its ``.msg`` text, then each nested type's."""
+        self._require(name)
+        text, _ = self._store.generate_msgdef(name, ros_version=2)
+        return str(text)
+
     # -- hashes -------------------------------------------------------------------------------
 
     def rihs01(self, name: str) -> str:
