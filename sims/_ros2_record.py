@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -34,7 +35,7 @@ def record_ros2(path: str | Path, runs: Mapping[str, StrategyRun], ros2_map: Ros
     actions = ros2_map.actions
     written = 0
     with Path(path).open("wb") as fh:
-        writer = Writer(fh)
+        writer: Any = Writer(fh)  # mcap leaves finish() untyped
         writer.start(profile="ros2", library="forethought")
         schema = writer.register_schema(
             actions.type, "ros2msg", types.msgdef(actions.type).encode()
