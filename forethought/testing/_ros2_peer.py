@@ -85,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--wait-s", type=float, default=10.0)
     parser.add_argument("--action-topic", default="/forethought/action")
+    parser.add_argument(
+        "--plain-agent-id",
+        default=None,
+        help="instead: the same readings as JSON events to a plain Zenoh bus agent of this id",
+    )
     args = parser.parse_args(argv)
+    if args.plain_agent_id is not None:
+        return _plain(args)
     _offline_sdk()
     from rosbags.typesys import Stores, get_typestore  # noqa: PLC0415
     from zenoh_ros2_sdk import ROS2Publisher, ROS2Subscriber  # noqa: PLC0415
@@ -150,6 +157,54 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     pub.close()
     sub.close()
+    session.close()
+    return 0
+
+
+def _plain(args: argparse.Namespace) -> int:
+    """The same robot on the plain Zenoh bus: JSON events in, the decision's JSON back."""
+    import zenoh  # noqa: PLC0415
+
+    config = zenoh.Config()
+    config.insert_json5("connect/endpoints", json.dumps([f"tcp/127.0.0.1:{args.router_port}"]))
+    config.insert_json5("scouting/multicast/enabled", "false")
+    session: Any = zenoh.open(config)  # its close() and undeclare() are untyped
+    actions: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def on_action(sample: Any) -> None:
+        now = time.time_ns()
+        with lock:
+            actions.append({"recv_ns": now, "data": sample.payload.to_bytes().decode()})
+
+    agent = args.plain_agent_id
+    sub: Any = session.declare_subscriber(f"forethought/{agent}/actions", on_action)
+    pub: Any = session.declare_publisher(f"forethought/{agent}/events/obstacle")
+    time.sleep(args.warmup_s)
+    sides, distances = ["left", "front", "right"], [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
+    sent: list[int] = []
+    for i in range(args.count):
+        now = time.time_ns()
+        body = {
+            "id": f"plain-{i}",
+            "type": "obstacle",
+            "params": {"side": sides[i % 3], "distance_m": distances[i % len(distances)]},
+            "sent_at_ns": now,
+        }
+        pub.put(json.dumps(body).encode())
+        sent.append(now)
+        time.sleep(args.interval_ms / 1e3)
+    end = time.monotonic() + args.wait_s
+    while time.monotonic() < end:
+        with lock:
+            if len(actions) >= args.count:
+                break
+        time.sleep(0.01)
+    with lock:
+        print(json.dumps({"sent": sent, "actions": actions}))
+    sys.stdout.flush()
+    sub.undeclare()
+    pub.undeclare()
     session.close()
     return 0
 
