@@ -40,7 +40,6 @@ from ._health_report import (
 from ._recorder import McapRecorder
 from ._start_steps import StartSteps
 from .transports import (
-    ROS2_ROUTER,
     ActionMap,
     EventBus,
     InProcessBus,
@@ -60,7 +59,6 @@ from .transports import (
     ZenohSecurity,
     action_message,
     check_ros2_map,
-    dds_type_name,
     expiry_properties,
     is_ros2_map,
     load_ros2_map,
@@ -69,7 +67,6 @@ from .transports import (
 )
 
 __all__ = [
-    "ROS2_ROUTER",
     "ActedIds",
     "ActionMap",
     "Agent",
@@ -116,7 +113,6 @@ __all__ = [
     "ZenohSecurity",
     "action_message",
     "check_ros2_map",
-    "dds_type_name",
     "expiry_interval_s",
     "expiry_properties",
     "fleet_permissions",

@@ -10,7 +10,7 @@ payload helpers and the buses' counters are private (imported from their modules
 from ._bus import EventBus, InProcessBus
 from ._mqtt import MqttBus, MqttBusSection, expiry_properties
 from ._mqtt_security import MqttSecurity
-from ._ros2_bus import ROS2_ROUTER, Ros2Bus, Ros2BusSection
+from ._ros2_bus import Ros2Bus, Ros2BusSection
 from ._ros2_map import (
     ActionMap,
     MappedMessage,
@@ -22,13 +22,12 @@ from ._ros2_map import (
     load_ros2_map,
     map_message,
 )
-from ._ros2_types import Ros2TypeError, Ros2Types, dds_type_name
+from ._ros2_types import Ros2TypeError, Ros2Types
 from ._topics import Topics
 from ._zenoh import ZenohBus, ZenohBusSection, zenoh_config
 from ._zenoh_security import ZenohSecurity
 
 __all__ = [
-    "ROS2_ROUTER",
     "ActionMap",
     "EventBus",
     "InProcessBus",
@@ -48,7 +47,6 @@ __all__ = [
     "ZenohSecurity",
     "action_message",
     "check_ros2_map",
-    "dds_type_name",
     "expiry_properties",
     "is_ros2_map",
     "load_ros2_map",

@@ -18,7 +18,8 @@ mcap_ros2 = pytest.importorskip("mcap_ros2.decoder")
 from mcap.reader import make_reader  # noqa: E402
 
 from forethought.policies import ConfigError  # noqa: E402
-from forethought.runtime import Ros2TypeError, Ros2Types, dds_type_name  # noqa: E402
+from forethought.runtime import Ros2TypeError, Ros2Types  # noqa: E402
+from forethought.runtime.transports._ros2_types import dds_type_name  # noqa: E402
 
 BAGS = Path(__file__).resolve().parent.parent / "resources" / "rosbag2"
 
