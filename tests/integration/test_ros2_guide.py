@@ -55,6 +55,7 @@ def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.timeout(1800)  # two replays on SmolLM2 (each loads it): minutes on 2 loaded cores
 def test_the_recording_commands_run_as_written(tmp_path: Path) -> None:
     check, sim_record, sim_bag = guide_commands("A recording")
     out = _run(check, 120)
@@ -78,6 +79,7 @@ def test_the_recording_commands_run_as_written(tmp_path: Path) -> None:
     assert "ros2-range" in out.stdout
 
 
+@pytest.mark.timeout(1200)  # an agent's start is minutes on a loaded 2-core machine
 def test_the_live_command_joins_a_ros2_graph(tmp_path: Path) -> None:
     (run,) = guide_commands("A live robot")
     with ZenohRouter() as router:
