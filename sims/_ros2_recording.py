@@ -93,8 +93,11 @@ def recorded_types(path: str | Path, types: Ros2Types) -> dict[str, tuple[str, R
 
     out: dict[str, tuple[str, Ros2Types]] = {}
     for file in _files(Path(path)):
-        with file.open("rb") as fh:
-            summary = make_reader(fh).get_summary()
+        try:
+            with file.open("rb") as fh:
+                summary = make_reader(fh).get_summary()
+        except Exception as exc:  # the mcap library raises several kinds on a bad file
+            raise ConfigError("recording", str(file), f"not a readable MCAP file ({exc})") from None
         if summary is None:
             raise ConfigError("recording", str(file), "no summary (an unfinished file?)")
         for channel in summary.channels.values():

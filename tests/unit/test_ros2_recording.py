@@ -176,3 +176,10 @@ def test_a_sqlite_bag_is_refused_with_the_fix(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="ros2 bag convert"):
         trace_from_ros2(bag, _map())
+
+
+def test_a_file_that_is_not_mcap_is_a_clear_error(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.mcap"
+    garbage.write_bytes(b"not an mcap file at all")
+    with pytest.raises(ConfigError, match="not a readable MCAP file"):
+        trace_from_ros2(garbage, _map())
