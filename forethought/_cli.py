@@ -188,6 +188,14 @@ def _add_run(sub: Any) -> None:
         metavar="ENDPOINT",
         help="a Zenoh endpoint to listen on (repeatable)",
     )
+    run.add_argument(
+        "--ros2",
+        type=Path,
+        default=None,
+        metavar="MAP",
+        help="join a ROS 2 graph over rmw_zenoh: the map's topics are events, actions go to "
+        "its action topic (router tcp/localhost:7447 unless --zenoh/--zenoh-listen)",
+    )
     run.add_argument("--agent-id", default=None, help="names the topics (default: agent)")
     run.add_argument("--config", type=Path, default=None, help="TOML configuration file")
     run.add_argument("--model", default=None, help="both roles' model: alias, dir, .gguf or URL")
@@ -516,6 +524,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                     health_port=args.health_port,
                     metrics=args.metrics,
                     fleet=_fleet(args),
+                    ros2=args.ros2,
                 )
             )
         elif args.command == "plan":

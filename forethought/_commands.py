@@ -100,8 +100,11 @@ async def run_agent(
     health_port: int | None = None,
     metrics: bool = False,
     fleet: dict[str, Any] | None = None,
+    ros2: Path | None = None,
 ) -> int:
     """Run an agent on a broker or a Zenoh network until SIGINT or SIGTERM; shut down cleanly.
+
+    ``ros2`` (a map file): the agent is a node of a ROS 2 graph over rmw_zenoh instead.
 
     ``health_port`` serves ``/health`` over HTTP (and ``/metrics`` with ``metrics``), over
     the configuration's ``health`` table.
@@ -126,15 +129,28 @@ async def run_agent(
         cfg = cfg.model_copy(
             update={"fleet": type(fleet_cfg).model_validate(fleet_cfg.model_dump())}
         )
-    bus, where, ident = _bus(
-        cfg,
-        mqtt=mqtt,
-        zenoh=zenoh,
-        zenoh_listen=zenoh_listen,
-        agent_id=agent_id,
-        tls=tls or {},
-        zenoh_tls=zenoh_tls or {},
-    )
+    if ros2 is not None:  # a ROS 2 node over rmw_zenoh (forethought[ros2])
+        from forethought._ros2_run import ros2_bus  # noqa: PLC0415
+
+        if mqtt is not None:
+            raise ConfigError("--ros2", str(ros2), "choose one bus: --mqtt or --ros2")
+        z = settings_with(cfg.zenoh, zenoh_tls or {})
+        node = agent_id or "forethought"
+        ros2_node, where = ros2_bus(
+            ros2, load_spec(spec), z, connect=zenoh, listen=zenoh_listen, node=node
+        )
+        bus: EventBus = ros2_node
+        ident = ros2_node.agent_id
+    else:
+        bus, where, ident = _bus(
+            cfg,
+            mqtt=mqtt,
+            zenoh=zenoh,
+            zenoh_listen=zenoh_listen,
+            agent_id=agent_id,
+            tls=tls or {},
+            zenoh_tls=zenoh_tls or {},
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

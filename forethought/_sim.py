@@ -42,6 +42,8 @@ from forethought.sims import (
 from forethought.sims._agreement import compare_clocks
 from forethought.sims._fidelity import add_references
 from forethought.sims._profiles import profile_figures, validate_profiles
+from forethought.sims._ros2_record import record_ros2
+from forethought.sims._ros2_recording import scenario_ros2_map
 
 __all__ = ["run_matrix", "run_sim", "strategy_names", "wall_share"]
 
@@ -171,16 +173,33 @@ def run_sim(
         add_references(scenario, runs, backend)
     figures = {"name": pname, **profile_figures(prof)} if clock == "virtual" else {}
     if record is not None:
+        _record(record, scenario, runs, scenario_path, mapping)
+    return _outputs(scenario, runs, model=model, clock=clock, profile=figures, **outputs)
+
+
+def _record(
+    record: Path,
+    scenario: Scenario,
+    runs: dict[str, StrategyRun],
+    scenario_path: Path,
+    mapping: Path | None,
+) -> None:
+    """``--record``: a ROS 2 recording in gives the decisions as a ROS 2 recording out."""
+    ros2_map = scenario_ros2_map(scenario_path, mapping)
+    if ros2_map is not None:
+        n = record_ros2(record, runs, ros2_map)
+        print(f"mcap: {record} ({n} messages, ROS 2 CDR on {ros2_map.actions.topic}/*)")
+    else:
         n = record_replay(record, scenario, runs)
         print(f"mcap: {record} ({n} messages)")
-    return _outputs(scenario, runs, model=model, clock=clock, profile=figures, **outputs)
 
 
 def _scenario(
     path: Path, spec: Path | None, mapping: Path | None, events: int | None, profile: str | None
 ) -> Scenario:
     """The scenario to replay (its first ``events``), its profile checked before any load."""
-    if path.suffix == ".mcap":  # a robot's recording: the spec and mapping say how
+    recording = path.suffix == ".mcap" or (path / "metadata.yaml").is_file()
+    if recording:  # a robot's recording (an MCAP, a rosbag2 folder): the spec and map say how
         if spec is None or mapping is None:
             raise ConfigError("scenario", str(path), "replaying a recording needs --spec and --map")
         scenario = load_scenario(spec, recording=(path, mapping))

@@ -90,7 +90,7 @@ def trace_from_mcap(path: str | Path, mapping: McapMapping) -> list[TraceEvent]:
                 "mcap",
                 f"{path}: channel {msg.topic}",
                 f"encoding {msg.encoding!r} cannot be decoded here (JSON only; for ROS 2 CDR "
-                "install a CDR decoder and convert the channel to JSON first)",
+                "a rosbag2 recording takes a ROS 2 map with topics: see docs/guides/ros2.md)",
             )
         messages.append(msg)
     if not messages:

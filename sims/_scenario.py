@@ -24,9 +24,11 @@ from forethought.policies._errors import first_problem
 from forethought.policies._events import EventKey, EventType, Grid
 from forethought.policies._spec import load_document
 from forethought.policies._spec_fields import EVENT_EXTRA_KEYS
+from forethought.runtime import is_ros2_map, load_ros2_map
 
 from ._grading import Grader
 from ._mcap import McapTrace, load_mapping, trace_from_mcap
+from ._ros2_recording import trace_from_ros2
 from ._trace_event import TraceEvent
 
 __all__ = [
@@ -347,7 +349,11 @@ def _recorded(
         base = Path(path).parent
         mcap_path, map_path = base / ref.path, base / ref.map
     for p in (mcap_path, map_path):
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"{path}: mcap", str(p), "no such file")
-    events = trace_from_mcap(mcap_path, load_mapping(map_path))
+    map_data = load_document(map_path)
+    if is_ros2_map(map_data):  # a rosbag2 recording (a bag folder or its .mcap), CDR
+        events = trace_from_ros2(mcap_path, load_ros2_map(map_path, map_data))
+    else:
+        events = trace_from_mcap(mcap_path, load_mapping(map_path))
     return [e.model_dump(exclude={"grader"}, exclude_none=True) for e in events]

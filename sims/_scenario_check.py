@@ -25,6 +25,7 @@ from forethought.policies._spec_check import (
 )
 
 from ._grading import Grader, matches
+from ._ros2_recording import check_recording_map
 from ._scenario import SCENARIO_KEYS, Generate, Scenario, load_scenario
 from ._trace_event import TraceEvent
 
@@ -92,6 +93,8 @@ def check_scenario(data: Any, path: str = "scenario") -> list[Problem]:
     if gen is not None:
         problems += _generate(gen, declared, values)
     problems += check_accept(data)
+    if spec is not None:
+        problems += check_recording_map(path, data.get("mcap"), spec)
     if not any(p.severity == "error" for p in problems):
         problems += _never_drawn(path, declared)
     return problems
