@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="replay only the scenario's first N events (with several profiles)",
     )
+    sim.add_argument(
+        "--episodes", type=int, default=None, help="closed loop: episodes per strategy"
+    )
     sim.add_argument("--model", default=None, help="as bench's (default: smollm2-135m)")
     sim.add_argument(
         "--engine",
@@ -443,6 +446,7 @@ def _sim(args: argparse.Namespace) -> None:
             mapping=args.map,
             spec=args.spec,
             engine=args.engine,
+            episodes=args.episodes,
         )
 
 

@@ -121,6 +121,7 @@ def run_sim(
     mapping: Path | None = None,
     spec: Path | None = None,
     engine: str = "torch",
+    episodes: int | None = None,
 ) -> dict[str, Any]:
     """Load, replay, print the table, write the outputs.
 
@@ -137,6 +138,18 @@ def run_sim(
     else:
         scenario = load_scenario(scenario_path)
     names = strategy_names(strategy)
+    if scenario.world is not None:  # the world answers the actions: closed loop
+        from forethought._closed_loop_sim import run_closed_loop  # noqa: PLC0415
+
+        with Bars() as bars, bars.wait(f"loading {model}"):
+            loaded = _load(model, device, dtype)
+        named = ("-", PROFILES[DEFAULT_PROFILE]) if clock == "real" else None
+        loop_runs = run_closed_loop(
+            scenario, loaded, names=names, clock=clock,
+            profile=named or _profile(profile, scenario, loaded), model=model, seed=seed,
+            episodes=episodes, json_path=json_path, report=report, progress=_progress,
+        )  # fmt: skip
+        return {"closed_loop": loop_runs}
     if clock not in ("virtual", "real", "both"):
         raise ConfigError("--clock", clock, "choose virtual, real or both")
     outputs = {"json_path": json_path, "decisions": decisions, "report": report}

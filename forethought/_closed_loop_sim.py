@@ -1,0 +1,94 @@
+"""``forethought sim`` on a scenario with a ``world``: closed loop, strategies side by side."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from forethought.models import LatencyProfile, TransformersBackend
+from forethought.policies import ConfigError, ForethoughtError
+from forethought.sims import (
+    ClosedLoopRun,
+    Scenario,
+    closed_loop_replay,
+    closed_loop_table,
+    scenario_world,
+    write_closed_loop,
+)
+from forethought.sims._closed_loop_report import closed_loop_json
+from forethought.sims._profiles import profile_figures
+
+__all__ = ["run_closed_loop"]
+
+
+def run_closed_loop(
+    scenario: Scenario,
+    backend: TransformersBackend,
+    *,
+    names: tuple[str, ...],
+    clock: str,
+    profile: tuple[str, LatencyProfile],
+    model: str,
+    seed: int | None,
+    episodes: int | None,
+    json_path: Path | None,
+    report: Path | None,
+    progress: Callable[[int], Callable[[], None]],
+) -> dict[str, ClosedLoopRun]:
+    """Play the scenario's world under each strategy; print the scoreboard; write outputs.
+
+    ``profile`` is the simulated device's name and law (the real clock ignores it);
+    ``progress(total)`` makes the per-episode progress tick. Raises a ForethoughtError after
+    writing everything when a world failed in some episode (the other strategies' and
+    episodes' figures are printed and written first).
+    """
+    block = scenario.world
+    assert block is not None
+    if clock not in ("virtual", "real"):
+        raise ConfigError("--clock", clock, "a closed-loop replay runs on virtual or real")
+    n = block.episodes if episodes is None else episodes
+    if n < 1:
+        raise ConfigError("--episodes", n, "give a positive number of episodes")
+    world = scenario_world(scenario)
+    pname, prof = profile
+    figures = {"name": pname, **profile_figures(prof)} if clock == "virtual" else {}
+    base = scenario.seed if seed is None else seed
+    print(
+        f"closed loop {scenario.name}: {n} episodes (seeds {base}..{base + n - 1}) x "
+        f"{', '.join(names)} ({clock} clock, profile {pname})",
+        file=sys.stderr,
+        flush=True,
+    )
+    runs = closed_loop_replay(
+        scenario,
+        backend,
+        world,
+        strategies=names,
+        episodes=n,
+        clock=clock,
+        profile=prof,
+        seed=base,
+        max_steps=block.max_steps,
+        progress=progress(n * len(names)),
+    )
+    print(f"profile: {pname}; model: {model}; clock: {clock}")
+    print(closed_loop_table(scenario, runs))
+    meta: dict[str, Any] = {"model": model, "clock": clock, "profile": figures, "seed": base}
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        data = closed_loop_json(scenario, runs, **meta)
+        json_path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        print(f"json: {json_path}")
+    if report is not None:
+        print(f"report: {write_closed_loop(report, scenario, runs, **meta)}")
+    failed = [(name, e) for name, run in runs.items() for e in run.episodes if e.error]
+    if failed:
+        name, first = failed[0]
+        raise ForethoughtError(
+            f"{len(failed)} episode(s) failed; the first, under {name}: {first.error}"
+        )
+    return runs
