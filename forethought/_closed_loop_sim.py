@@ -25,6 +25,16 @@ from forethought.sims._profiles import profile_figures
 __all__ = ["run_closed_loop"]
 
 
+def _episodes(total: int) -> Callable[[], None]:
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        print(f"  {done[0]}/{total} episodes", file=sys.stderr, flush=True)
+
+    return tick
+
+
 def run_closed_loop(
     scenario: Scenario,
     backend: TransformersBackend,
@@ -37,14 +47,14 @@ def run_closed_loop(
     episodes: int | None,
     json_path: Path | None,
     report: Path | None,
-    progress: Callable[[int], Callable[[], None]],
+    progress: Callable[[int], Callable[[], None]] | None = None,
 ) -> dict[str, ClosedLoopRun]:
     """Play the scenario's world under each strategy; print the scoreboard; write outputs.
 
     ``profile`` is the simulated device's name and law (the real clock ignores it);
-    ``progress(total)`` makes the per-episode progress tick. Raises a ForethoughtError after
-    writing everything when a world failed in some episode (the other strategies' and
-    episodes' figures are printed and written first).
+    ``progress(total)`` makes the per-episode progress tick (default: a line per episode).
+    Raises a ForethoughtError after writing everything when a world failed in some episode
+    (the other strategies' and episodes' figures are printed and written first).
     """
     block = scenario.world
     assert block is not None
@@ -73,7 +83,7 @@ def run_closed_loop(
         profile=prof,
         seed=base,
         max_steps=block.max_steps,
-        progress=progress(n * len(names)),
+        progress=(progress or _episodes)(n * len(names)),
     )
     print(f"profile: {pname}; model: {model}; clock: {clock}")
     print(closed_loop_table(scenario, runs))

@@ -147,7 +147,7 @@ def run_sim(
         loop_runs = run_closed_loop(
             scenario, loaded, names=names, clock=clock,
             profile=named or _profile(profile, scenario, loaded), model=model, seed=seed,
-            episodes=episodes, json_path=json_path, report=report, progress=_progress,
+            episodes=episodes, json_path=json_path, report=report,
         )  # fmt: skip
         return {"closed_loop": loop_runs}
     if clock not in ("virtual", "real", "both"):

@@ -72,8 +72,9 @@ def scenario_world(scenario: Scenario) -> WorldFactory:
 class Moment:
     """A line of an episode's timeline: what happened at ``at_ms`` and what caused it.
 
-    ``kind``: ``event`` (the world emitted it: ``cause`` is the event whose action led to it,
-    None for the world's own clock), ``action`` (what took effect for event ``cause``), ``end``.
+    ``kind``: ``event`` (the world emitted it: ``cause`` is the event whose action led to it --
+    for a tick, the last one acted on since the previous tick -- None when no action did),
+    ``action`` (what took effect for event ``cause``), ``end``.
     """
 
     at_ms: float
@@ -169,6 +170,9 @@ class _Episode:
         self.ended = asyncio.Event()
         self.next_index = 0
         self.patch: dict[str, Any] = {}
+        # The last event whose action the world received since its last tick: what a tick
+        # emits follows from that action (an env steps with it).
+        self.acted: int | None = None
 
     def now_ms(self) -> float:
         return (self.loop.time() - self.t0) * 1e3
@@ -271,6 +275,7 @@ class _Episode:
                 moment = Moment(self.now_ms(), "action", text, i, applied.defaulted)
                 self.ep.timeline.append(moment)
             self._call(f"act on event {i} ({ev.type})", lambda: self.world.act(applied), i)
+            self.acted = i
             if not done:
                 await task  # recorded as late; never delivered
         finally:
@@ -283,7 +288,8 @@ class _Episode:
         while not self.ended.is_set():
             n += 1
             await asyncio.sleep(max(0.0, self.t0 + n * tick_ms / 1e3 - self.loop.time()))
-            self._call("tick", functools.partial(self.world.tick, self.now_ms()), None)
+            cause, self.acted = self.acted, None
+            self._call("tick", functools.partial(self.world.tick, self.now_ms()), cause)
 
     async def run(self) -> None:
         self._call(f"reset(seed={self.ep.seed})", lambda: self.world.reset(self.ep.seed), None)
