@@ -153,12 +153,14 @@ class _Episode:
         scenario: Scenario,
         world: World,
         decide: Callable[[int, TraceEvent, float], Any],
+        missed: Callable[[int, TraceEvent, float], None],
         episode: Episode,
         max_steps: int,
     ) -> None:
         self.sc = scenario
         self.world = world
         self.decide = decide
+        self.missed = missed
         self.ep = episode
         self.max_steps = max_steps
         self.loop = asyncio.get_running_loop()
@@ -255,11 +257,12 @@ class _Episode:
     async def _dispatch(self, i: int, ev: TraceEvent) -> None:
         stimulus = self.loop.time()
         deadline = stimulus + self.sc.deadline_ms(ev) / 1e3
-        await asyncio.sleep(self.sc.perception_s(ev))
-        task: asyncio.Task[_Decided] = self.loop.create_task(
-            self.decide(i, ev, stimulus), name=f"closed_loop.decide[{i}]"
-        )
+        task: asyncio.Task[_Decided] | None = None
         try:
+            await asyncio.sleep(self.sc.perception_s(ev))
+            task = self.loop.create_task(
+                self.decide(i, ev, stimulus), name=f"closed_loop.decide[{i}]"
+            )
             done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - self.loop.time()))
             d = task.result() if done else None
             world_ev = WorldEvent(i, ev.type, dict(ev.params), ev.at_ms)
@@ -279,9 +282,13 @@ class _Episode:
             if not done:
                 await task  # recorded as late; never delivered
         finally:
-            if not task.done():
+            if task is not None and not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+            if task is None or task.cancelled():
+                # The episode ended first (a queued naive call, a decision under way): the
+                # event still counts, as unanswered, so every share is over every event.
+                self.missed(i, ev, stimulus)
 
     async def _ticks(self, tick_ms: float) -> None:
         n = 0
@@ -410,11 +417,22 @@ async def _episode(
     max_steps: int,
 ) -> None:
     sc = st.scenario
+    loop = asyncio.get_running_loop()
+    schema = sc.spec.action_schema()
+    default = schema.readable(schema.validate(sc.spec.default_action))
+
+    def missed(i: int, ev: TraceEvent, stimulus: float) -> None:
+        st.record(
+            i, ev, latency_s=loop.time() - stimulus, tier="default", action=dict(default),
+            met=False, context="", event_text=ev.describe(), state=dict(sc.spec.state),
+            skipped=("episode ended before a decision",),
+        )  # fmt: skip
+
     if st.name == "live-naive":
         async with st.backend() as backend:
-            await backend.prepare(sc.spec.action_schema())
+            await backend.prepare(schema)
             naive = _Naive(st, backend, memo)
-            await _Episode(sc, world, naive.decide, episode, max_steps).run()
+            await _Episode(sc, world, naive.decide, missed, episode, max_steps).run()
         return
     agent = Agent(sc.spec, backend=st.backend(), config=_strategy_config(st.name, planner))
     async with agent:
@@ -423,7 +441,7 @@ async def _episode(
         async def decide(i: int, ev: TraceEvent, stimulus: float) -> _Decided:
             return await _agent_decide(st, agent, i, ev, stimulus)
 
-        await _Episode(sc, world, decide, episode, max_steps).run()
+        await _Episode(sc, world, decide, missed, episode, max_steps).run()
 
 
 def closed_loop_replay(

@@ -128,6 +128,13 @@ def test_a_miss_delivers_the_default_at_the_deadline(tmp_path: Path) -> None:
     assert rec.action == {"a": "go"}
     assert not rec.met
     assert [m.defaulted for m in ep.timeline if m.kind == "action"] == [True, True]
+    # the second call queued behind the first and the episode ended (600 ms) before it came:
+    # the event still counts, unanswered
+    assert len(ep.run.records) == 2
+    second = ep.run.records[1]
+    assert second.tier == "default"
+    assert not second.met
+    assert second.skipped == ("episode ended before a decision",)
     assert closed_loop_score(runs["live-naive"]).defaults_received == 1.0
 
 
