@@ -28,6 +28,7 @@ from forethought.sims import (
     scenario_world,
 )
 from forethought.sims._closed_loop_report import closed_loop_json
+from forethought.sims._scenario_check import check_scenario
 
 SPEC: dict[str, Any] = {
     "name": "t",
@@ -284,3 +285,10 @@ def test_bad_reactions_fail_at_load_naming_the_path(
     with pytest.raises(ConfigError, match=r".*") as err:
         load_scenario(scenario_file(tmp_path, world=world))
     assert needle in str(err.value)
+
+
+def test_check_reports_a_bad_world_with_its_path(tmp_path: Path) -> None:
+    world = {"episode_ms": 100, "reactions": [{"event": "ping", "then": [{"type": "pong"}]}]}
+    data = yaml.safe_load(scenario_file(tmp_path, world=world).read_text())
+    problems = [p for p in check_scenario(data) if p.severity == "error"]
+    assert [(p.path, p.value) for p in problems] == [("world.reactions[0].then[0].type", "pong")]
