@@ -22,11 +22,11 @@ import asyncio
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought.models import ModelBackend
+from forethought.models import LatencyProfile, ModelBackend
 from forethought.models._prompt import state_context
 from forethought.planner import PlannerConfig
 from forethought.runtime import Agent, Event
@@ -152,7 +152,7 @@ class _Episode:
         self,
         scenario: Scenario,
         world: World,
-        decide: Callable[[int, TraceEvent, float], Any],
+        decide: Callable[[int, TraceEvent, float], Coroutine[Any, Any, _Decided]],
         missed: Callable[[int, TraceEvent, float], None],
         episode: Episode,
         max_steps: int,
@@ -452,7 +452,7 @@ def closed_loop_replay(
     strategies: tuple[str, ...] = STRATEGIES,
     episodes: int = 3,
     clock: str = "virtual",
-    profile: Any = None,
+    profile: LatencyProfile | None = None,
     seed: int | None = None,
     planner: PlannerConfig | None = None,
     max_steps: int = 10_000,
