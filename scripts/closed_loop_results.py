@@ -19,12 +19,14 @@ import os
 import platform
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from forethought.models import DEFAULT_MODEL, TransformersBackend
 from forethought.sims import (
     STRATEGIES,
+    ClosedLoopRun,
     closed_loop_replay,
     closed_loop_score,
     closed_loop_table,
@@ -54,6 +56,16 @@ def _commit() -> str:
         cwd=ROOT,
     )
     return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _actions(run: ClosedLoopRun) -> dict[str, int]:
+    """How often each model-written action was emitted in time, over every episode."""
+    counts = Counter(
+        " ".join(f"{k}={v}" for k, v in r.action.items())
+        for r in run.records_run().records
+        if r.model_written and r.met
+    )
+    return dict(sorted(counts.items()))
 
 
 def main() -> int:
@@ -89,6 +101,8 @@ def main() -> int:
                     **closed_loop_score(run).as_json(),
                     "strategy": name,
                     "seeds": [e.seed for e in run.episodes],
+                    # what the model wrote, over every episode: why a score is what it is
+                    "model_actions": _actions(run),
                 }
             )
         print(f"{scenario.name}: {time.perf_counter() - s0:.0f} s", flush=True)
