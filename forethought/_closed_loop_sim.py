@@ -22,7 +22,28 @@ from forethought.sims import (
 from forethought.sims._closed_loop_report import closed_loop_json
 from forethought.sims._profiles import profile_figures
 
-__all__ = ["run_closed_loop"]
+__all__ = ["refuse_open_loop_options", "run_closed_loop"]
+
+
+def refuse_open_loop_options(
+    *, mqtt: str | None, planner: str | None, record: Path | None, engine: str, clock: str
+) -> None:
+    """Options of open-loop replays a closed-loop one does not take: one clear error each."""
+    if clock not in ("virtual", "real"):
+        raise ConfigError("--clock", clock, "a closed-loop replay runs on virtual or real")
+    given = {
+        "--mqtt": mqtt,
+        "--planner": planner,
+        "--record": record,
+        "--engine": engine if engine != "torch" else None,
+    }
+    for option, value in given.items():
+        if value is not None:
+            raise ConfigError(
+                option,
+                str(value),
+                "not for a closed-loop scenario (one with a world): leave it out",
+            )
 
 
 def _episodes(total: int) -> Callable[[], None]:
@@ -47,6 +68,7 @@ def run_closed_loop(
     episodes: int | None,
     json_path: Path | None,
     report: Path | None,
+    decisions: Path | None = None,
     progress: Callable[[int], Callable[[], None]] | None = None,
 ) -> dict[str, ClosedLoopRun]:
     """Play the scenario's world under each strategy; print the scoreboard; write outputs.
@@ -93,6 +115,14 @@ def run_closed_loop(
         data = closed_loop_json(scenario, runs, **meta)
         json_path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
         print(f"json: {json_path}")
+    if decisions is not None:  # one JSON line per event, strategy and episode
+        decisions.parent.mkdir(parents=True, exist_ok=True)
+        with decisions.open("wb") as f:
+            for run in runs.values():
+                for ep in run.episodes:
+                    for r in ep.run.records:
+                        f.write(orjson.dumps({"seed": ep.seed, **r.as_json()}) + b"\n")
+        print(f"decisions: {decisions}")
     if report is not None:
         print(f"report: {write_closed_loop(report, scenario, runs, **meta)}")
     failed = [(name, e) for name, run in runs.items() for e in run.episodes if e.error]

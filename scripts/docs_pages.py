@@ -138,7 +138,8 @@ def render_closed_loop(data: dict[str, Any]) -> list[str]:
         "answers its actions (docs/guides/simulator.md, *Closed loop*). Score: mean ± spread "
         "(population sd) over the seeds, (min..max); success, failure, answered in time, "
         "correct in time and the share of actions where the world received the default, in %; "
-        "errors: episodes a world error ended.",
+        "errors: episodes a world error ended; the model's actions in time, counted over every "
+        "episode, say why a score is what it is.",
         "",
     ]
     rows = [
@@ -152,6 +153,7 @@ def render_closed_loop(data: dict[str, Any]) -> list[str]:
             f"**{_pct(r['correct_in_time'])}**",
             _pct(r["defaults_received"]),
             str(r["errors"]),
+            ", ".join(f"{a}: {n}" for a, n in r.get("model_actions", {}).items()) or "-",
         ]
         for r in data["rows"]
     ]
@@ -166,6 +168,7 @@ def render_closed_loop(data: dict[str, Any]) -> list[str]:
             "correct in time",
             "default received",
             "errors",
+            "model's actions in time",
         ],
         rows,
     )

@@ -14,6 +14,7 @@ import orjson
 import pytest
 import yaml
 
+from forethought._closed_loop_sim import refuse_open_loop_options
 from forethought.models import ScriptedBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
@@ -292,3 +293,23 @@ def test_check_reports_a_bad_world_with_its_path(tmp_path: Path) -> None:
     data = yaml.safe_load(scenario_file(tmp_path, world=world).read_text())
     problems = [p for p in check_scenario(data) if p.severity == "error"]
     assert [(p.path, p.value) for p in problems] == [("world.reactions[0].then[0].type", "pong")]
+
+
+@pytest.mark.parametrize(
+    ("given", "option"),
+    [
+        ({"mqtt": "mqtt://localhost"}, "--mqtt"),
+        ({"planner": "http://localhost:8080"}, "--planner"),
+        ({"record": Path("run.mcap")}, "--record"),
+        ({"engine": "llama-server"}, "--engine"),
+        ({"clock": "both"}, "--clock"),
+    ],
+)
+def test_open_loop_options_are_refused_by_name(given: dict[str, Any], option: str) -> None:
+    args: dict[str, Any] = {
+        "mqtt": None, "planner": None, "record": None, "engine": "torch", "clock": "virtual",
+    }  # fmt: skip
+    refuse_open_loop_options(**args)  # the defaults pass
+    with pytest.raises(ConfigError) as err:
+        refuse_open_loop_options(**{**args, **given})
+    assert err.value.field == option
