@@ -83,6 +83,8 @@ class Moment:
     cause: int | None = None
     defaulted: bool = False
     """For an action: the world received the default (a fallback, or no decision in time)."""
+    index: int | None = None
+    """For an event: its index in the episode (what ``cause`` and the records name)."""
 
     def as_json(self) -> dict[str, Any]:
         """The JSON form."""
@@ -92,6 +94,7 @@ class Moment:
             "kind": self.kind,
             "text": self.text,
             "cause": self.cause,
+            "index": self.index,
         }
 
 
@@ -251,7 +254,7 @@ class _Episode:
             deadline_ms=em.deadline_ms,
             state=state,
         )
-        self.ep.timeline.append(Moment(ev.at_ms, "event", em.describe(), cause))
+        self.ep.timeline.append(Moment(ev.at_ms, "event", em.describe(), cause, index=i))
         await self._dispatch(i, ev)
 
     async def _dispatch(self, i: int, ev: TraceEvent) -> None:

@@ -150,9 +150,9 @@ def _timeline_html(e: Episode) -> str:
     rows = []
     for m in e.timeline:
         if m.kind == "event":
-            why = "the world's own clock" if m.cause is None else f"after the action on #{m.cause}"
+            why = "the world, on its own" if m.cause is None else f"the action on #{m.cause}"
             rows.append(
-                f"<tr><td>{m.at_ms:.0f}</td><td>event</td><td>{html.escape(m.text)}</td>"
+                f"<tr><td>{m.at_ms:.0f}</td><td>event #{m.index}</td><td>{html.escape(m.text)}</td>"
                 f"<td>{why}</td></tr>"
             )
         elif m.kind == "action":
@@ -161,7 +161,7 @@ def _timeline_html(e: Episode) -> str:
                 f"<td>{html.escape(m.text)}</td><td></td></tr>"
             )
         else:
-            why = "" if m.cause is None else f"after the action on #{m.cause}"
+            why = "" if m.cause is None else f"the action on #{m.cause}"
             rows.append(
                 f"<tr><td>{m.at_ms:.0f}</td><td><b>end</b></td><td><b>"
                 f"{html.escape(m.text)}</b></td><td>{why}</td></tr>"

@@ -27,6 +27,7 @@ from forethought.sims import (
     closed_loop_table,
     load_scenario,
     scenario_world,
+    write_closed_loop,
 )
 from forethought.sims._closed_loop_report import closed_loop_json
 from forethought.sims._scenario_check import check_scenario
@@ -313,3 +314,21 @@ def test_open_loop_options_are_refused_by_name(given: dict[str, Any], option: st
     with pytest.raises(ConfigError) as err:
         refuse_open_loop_options(**{**args, **given})
     assert err.value.field == option
+
+
+def test_the_report_timeline_names_what_caused_each_event(tmp_path: Path) -> None:
+    scenario = load_scenario(scenario_file(tmp_path))
+    runs = closed_loop_replay(
+        scenario,
+        lambda: ScriptedBackend(live_s=0.05, action={"a": "go"}),
+        Echo,
+        strategies=("live-naive",),
+        episodes=1,
+    )
+    page = write_closed_loop(tmp_path / "report", scenario, runs).read_text()
+    assert "<td>event #0</td><td>ping d=2.0</td><td>the world, on its own</td>" in page
+    assert "<td>event #1</td><td>ping d=1.5</td><td>the action on #0</td>" in page
+    assert "<td>action on #0</td><td>a=go (live, in time)</td>" in page
+    assert "done (success, score 1)" in page
+    saved = orjson.loads((tmp_path / "report" / "closed_loop.json").read_bytes())
+    assert saved["strategies"]["live-naive"]["score"]["success_rate"] == 1.0
