@@ -7,6 +7,7 @@ the shipped worlds in tests/model/test_closed_loop_cli.py.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -332,3 +333,39 @@ def test_the_report_timeline_names_what_caused_each_event(tmp_path: Path) -> Non
     assert "done (success, score 1)" in page
     saved = orjson.loads((tmp_path / "report" / "closed_loop.json").read_bytes())
     assert saved["strategies"]["live-naive"]["score"]["success_rate"] == 1.0
+
+
+def _guide_blocks() -> list[str]:
+    text = (Path(__file__).resolve().parents[2] / "docs/guides/simulator.md").read_text()
+    section = text[text.index("## Closed loop") :]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+
+
+def test_the_guides_world_in_code_runs_as_written(tmp_path: Path) -> None:
+    doorway, _, _ = _guide_blocks()
+    space: dict[str, Any] = {}
+    exec(compile(doorway, "simulator.md", "exec"), space)
+    scenario = load_scenario(scenario_file(tmp_path))
+    for said, outcome in (("go", "collision"), ("stop", "clear")):
+        runs = closed_loop_replay(
+            scenario,
+            lambda said=said: ScriptedBackend(live_s=0.05, action={"a": said}),
+            space["Doorway"],
+            strategies=("live-naive",),
+            episodes=1,
+        )
+        (episode,) = runs["live-naive"].episodes
+        assert episode.outcome is not None
+        assert episode.outcome.name == outcome
+
+
+def test_the_guides_gym_world_runs_as_written() -> None:
+    _, _, gym = _guide_blocks()
+    space: dict[str, Any] = {}
+    exec(compile(gym, "simulator.md", "exec"), space)
+    world = space["world"]
+    first = world.reset(0)
+    (event,) = first.events
+    assert event.type == "view"
+    assert set(event.params) == {"ahead", "goal"}
+    assert world.tick(500.0).reward == 0.0  # a step with the default: wait
