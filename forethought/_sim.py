@@ -139,15 +139,18 @@ def run_sim(
         scenario = load_scenario(scenario_path)
     names = strategy_names(strategy)
     if scenario.world is not None:  # the world answers the actions: closed loop
-        from forethought import _closed_loop_sim as closed  # noqa: PLC0415
+        from forethought._closed_loop_sim import (  # noqa: PLC0415
+            refuse_open_loop_options,
+            run_closed_loop,
+        )
 
-        closed.refuse_open_loop_options(
+        refuse_open_loop_options(
             mqtt=mqtt, planner=planner, record=record, engine=engine, clock=clock
         )
         with Bars() as bars, bars.wait(f"loading {model}"):
             loaded = _load(model, device, dtype)
         named = ("-", PROFILES[DEFAULT_PROFILE]) if clock == "real" else None
-        loop_runs = closed.run_closed_loop(
+        loop_runs = run_closed_loop(
             scenario, loaded, names=names, clock=clock,
             profile=named or _profile(profile, scenario, loaded), model=model, seed=seed,
             episodes=episodes, json_path=json_path, report=report, decisions=decisions,
