@@ -152,6 +152,10 @@ def _check_follow(
     for name, value in f.params.items():
         if name not in own:
             raise ConfigError(f"{where}.params", name, f"not a parameter of {f.type} {sorted(own)}")
+        if isinstance(value, Mapping) and not isinstance(value.get("from"), str):
+            raise ConfigError(
+                f"{where}.params.{name}", dict(value), "a computed parameter needs `from: <param>`"
+            )
         source = _source(value)
         if source is not None and source not in types[on].params:
             raise ConfigError(
@@ -171,10 +175,7 @@ def _source(value: Any) -> str | None:
     if isinstance(value, str) and value.startswith("$"):
         return value[1:]
     if isinstance(value, Mapping):
-        got = value.get("from")
-        if not isinstance(got, str):
-            raise ConfigError("world.reactions", dict(value), "a computed parameter needs `from`")
-        return got
+        return str(value["from"])  # checked at load
     return None
 
 
@@ -288,4 +289,10 @@ def make_world(
         factory = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
         raise ConfigError("world.python", block.python, f"cannot import it: {exc}") from None
-    return cast("World", factory(spec, dict(block.options)))
+    try:
+        return cast("World", factory(spec, dict(block.options)))
+    except ConfigError:
+        raise
+    except Exception as exc:  # a user's factory: say which one failed, and how
+        problem = f"making the world raised {type(exc).__name__}: {exc}"
+        raise ConfigError("world.python", block.python, problem) from exc

@@ -280,6 +280,9 @@ def test_the_real_clock_plays_the_same_loop(tmp_path: Path) -> None:
         ({"episode_ms": 100, "reactions": [{"event": "ping", "action": [{"b": 1}],
           "then": []}]}, "world.reactions[0].action[0]: unknown action fields"),
         ({"reactions": []}, "needs `episode_ms`"),
+        ({"episode_ms": 100, "reactions": [{"event": "ping", "then": [{"type": "ping",
+          "params": {"d": {"add": 1}}}]}]},
+         "world.reactions[0].then[0].params.d: a computed parameter needs `from: <param>`"),
     ],
 )  # fmt: skip
 def test_bad_reactions_fail_at_load_naming_the_path(
@@ -369,3 +372,17 @@ def test_the_guides_gym_world_runs_as_written() -> None:
     assert event.type == "view"
     assert set(event.params) == {"ahead", "goal"}
     assert world.tick(500.0).reward == 0.0  # a step with the default: wait
+
+
+def test_a_python_world_that_cannot_be_made_is_named(tmp_path: Path) -> None:
+    for python, needle in (
+        ("forethought.sims:no_such_world", "cannot import it"),
+        ("forethought.sims:minigrid_world", "choose env, max_steps, period_ms, start_ms"),
+    ):
+        scenario = load_scenario(
+            scenario_file(tmp_path, world={"python": python, "options": {"colour": "red"}})
+        )
+        with pytest.raises(ConfigError) as err:
+            scenario_world(scenario)()
+        assert err.value.field.startswith("world.")
+        assert needle in str(err.value)
