@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="replay only the scenario's first N events (any number of profiles)",
     )
+    sim.add_argument(
+        "--episodes", type=int, default=None, help="closed loop: episodes per strategy"
+    )
     sim.add_argument("--model", default=None, help="as bench's (default: smollm2-135m)")
     sim.add_argument(
         "--engine",
@@ -455,6 +458,7 @@ def _sim(args: argparse.Namespace) -> None:
             spec=args.spec,
             engine=args.engine,
             events=args.events,
+            episodes=args.episodes,
         )
 
 

@@ -115,6 +115,7 @@ def run_sim(
     spec: Path | None = None,
     engine: str = "torch",
     events: int | None = None,
+    episodes: int | None = None,
 ) -> dict[str, Any]:
     """Load, replay, print the table, write the outputs.
 
@@ -124,6 +125,24 @@ def run_sim(
     """
     scenario = _scenario(scenario_path, spec, mapping, events, profile)
     names = strategy_names(strategy)
+    if scenario.world is not None:  # the world answers the actions: closed loop
+        from forethought._closed_loop_sim import (  # noqa: PLC0415
+            refuse_open_loop_options,
+            run_closed_loop,
+        )
+
+        refuse_open_loop_options(
+            mqtt=mqtt, planner=planner, record=record, engine=engine, clock=clock
+        )
+        with Bars() as bars, bars.wait(f"loading {model}"):
+            loaded = _load(model, device, dtype)
+        named = ("-", PROFILES[DEFAULT_PROFILE]) if clock == "real" else None
+        loop_runs = run_closed_loop(
+            scenario, loaded, names=names, clock=clock,
+            profile=named or _profile(profile, scenario, loaded), model=model, seed=seed,
+            episodes=episodes, json_path=json_path, report=report, decisions=decisions,
+        )  # fmt: skip
+        return {"closed_loop": loop_runs}
     if clock not in ("virtual", "real", "both"):
         raise ConfigError("--clock", clock, "choose virtual, real or both")
     outputs = {"json_path": json_path, "decisions": decisions, "report": report}

@@ -111,7 +111,70 @@ def render_matrix(data: dict[str, Any]) -> str:
         lines += _table(["scenario", "profile", *planned], rows)
     if data.get("notes"):
         lines += [data["notes"], ""]
+    closed = RESULTS / "closed_loop.json"
+    if closed.exists():
+        lines += render_closed_loop(json.loads(closed.read_text()))
+        return _generated("docs/results/matrix.json and closed_loop.json") + "\n".join(lines)
     return _generated("docs/results/matrix.json") + "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}"
+
+
+def _score(r: dict[str, Any]) -> str:
+    if r["score_mean"] is None:
+        return "-"
+    return (
+        f"{r['score_mean']:.2f} ± {r['score_std']:.2f} ({r['score_min']:.2f}..{r['score_max']:.2f})"
+    )
+
+
+def render_closed_loop(data: dict[str, Any]) -> list[str]:
+    """The matrix page's closed-loop section, from ``docs/results/closed_loop.json``."""
+    lines = ["## Closed loop", "", *_measured(data)]
+    lines += [
+        f"Each strategy played {data['episodes']} episode(s) per scenario against a world that "
+        "answers its actions (docs/guides/simulator.md, *Closed loop*). Score: mean ± spread "
+        "(population sd) over the seeds, (min..max); success, failure, answered in time, "
+        "correct in time and the share of actions where the world received the default, in %; "
+        "errors: episodes a world error ended; the model's actions in time, counted over every "
+        "episode, say why a score is what it is.",
+        "",
+    ]
+    rows = [
+        [
+            r["scenario"],
+            r["strategy"],
+            _score(r),
+            _pct(r["success_rate"]),
+            _pct(r["failure_rate"]),
+            _pct(r["answered_in_time"]),
+            f"**{_pct(r['correct_in_time'])}**",
+            _pct(r["defaults_received"]),
+            str(r["errors"]),
+            ", ".join(f"{a}: {n}" for a, n in r.get("model_actions", {}).items()) or "-",
+        ]
+        for r in data["rows"]
+    ]
+    lines += _table(
+        [
+            "scenario",
+            "strategy",
+            "score",
+            "success",
+            "failure",
+            "answered in time",
+            "correct in time",
+            "default received",
+            "errors",
+            "model's actions in time",
+        ],
+        rows,
+    )
+    if data.get("notes"):
+        lines += [data["notes"], ""]
+    return lines
 
 
 def render_headline(data: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from forethought.policies import AgentSpec
 
 from ._mcap import McapTrace
+from ._reactions import WorldBlock
 from ._scenario import Drift, Generate, Profile
 
 __all__ = ["spec_file_schema"]
@@ -58,6 +59,7 @@ def spec_file_schema() -> dict[str, Any]:
     defs["Generate"] = _defs(Generate, defs)
     defs["Profile"] = _defs(Profile, defs)
     defs["McapTrace"] = _defs(McapTrace, defs)
+    defs["WorldBlock"] = _defs(WorldBlock, defs)
     props = root["properties"]
     props["trace"] = {"type": "array", "items": _TRACE_EVENT, "description": "fixed events"}
     props["generate"] = {"$ref": "#/$defs/Generate"}
@@ -73,6 +75,7 @@ def spec_file_schema() -> dict[str, Any]:
     }
     props["seed"] = {"type": "integer"}
     props["mcap"] = {"$ref": "#/$defs/McapTrace"}
+    props["world"] = {"$ref": "#/$defs/WorldBlock"}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         **root,

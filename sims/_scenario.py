@@ -29,6 +29,7 @@ from forethought.runtime import is_ros2_map, load_ros2_map
 from ._grading import Grader
 from ._mcap import McapTrace, load_mapping, trace_from_mcap
 from ._ros2_recording import trace_from_ros2
+from ._reactions import WorldBlock
 from ._trace_event import TraceEvent
 
 __all__ = [
@@ -40,7 +41,9 @@ __all__ = [
     "load_spec",
 ]
 
-SCENARIO_KEYS = frozenset({"trace", "generate", "profile", "perception_ms", "seed", "mcap"})
+SCENARIO_KEYS = frozenset(
+    {"trace", "generate", "profile", "perception_ms", "seed", "mcap", "world"}
+)
 """Top-level keys of a scenario file that are not part of the agent spec."""
 
 
@@ -139,13 +142,15 @@ class Scenario(BaseModel):
     profile: Profile | str | None = None
     perception_ms: float | dict[str, float] = 0.0
     seed: int = 0
+    world: WorldBlock | None = None
+    """A world that answers the agent's actions: the replay is closed loop (:mod:`._reactions`)."""
     graders: dict[str, Grader] = Field(default_factory=dict, exclude=True)
     """Accept rules per event type (from the file's ``events[].accept``)."""
 
     @model_validator(mode="after")
     def _has_events(self) -> Scenario:
-        if not self.trace and self.generate is None:
-            raise ValueError("give a trace, a generate block, or both")
+        if not self.trace and self.generate is None and self.world is None:
+            raise ValueError("give a trace, a generate block (or both), or a world")
         return self
 
     @property
@@ -310,6 +315,8 @@ def load_scenario(path: str | Path, *, recording: tuple[Path, Path] | None = Non
     except ValidationError as exc:
         where, value, problem = first_problem(exc)
         raise ConfigError(f"{path}: {where or 'scenario'}", value, problem) from None
+    if scenario.world is not None:
+        scenario.world.check(f"{path}: world", spec)
     schema = spec.action_schema()
     space = spec.event_space()
     trace = [

@@ -25,6 +25,7 @@ from forethought.policies._spec_check import (
 )
 
 from ._grading import Grader, matches
+from ._reactions import WorldBlock
 from ._ros2_recording import check_recording_map
 from ._scenario import SCENARIO_KEYS, Generate, Scenario, load_scenario
 from ._trace_event import TraceEvent
@@ -52,7 +53,7 @@ def check_scenario(data: Any, path: str = "scenario") -> list[Problem]:
     problems = check_spec(data, extra_keys=SCENARIO_KEYS)
     if not isinstance(data, Mapping):
         return problems
-    if not any(k in data for k in ("trace", "generate", "mcap")):
+    if not any(k in data for k in ("trace", "generate", "mcap", "world")):
         problems.append(
             Problem("error", "trace", None, "a scenario needs events to replay", TRACE_HINT)
         )
@@ -95,9 +96,25 @@ def check_scenario(data: Any, path: str = "scenario") -> list[Problem]:
     problems += check_accept(data)
     if spec is not None:
         problems += check_recording_map(path, data.get("mcap"), spec)
-    if not any(p.severity == "error" for p in problems):
+    if spec is not None and data.get("world") is not None:
+        problems += _world(data["world"], spec)
+    if "world" not in data and not any(p.severity == "error" for p in problems):
+        # (a world draws its events as it goes: no trace says in advance which come)
         problems += _never_drawn(path, declared)
     return problems
+
+
+def _world(block: Any, spec: AgentSpec) -> list[Problem]:
+    """A closed-loop scenario's ``world`` block, checked against the spec."""
+    problems = _model_problems(WorldBlock, block, "world")
+    if problems:
+        return problems
+    try:
+        WorldBlock.model_validate(block).check("world", spec)
+    except ConfigError as exc:
+        hint = "see the simulator guide's Closed loop section"
+        return [Problem("error", exc.field, exc.value, exc.problem, hint)]
+    return []
 
 
 def _without(ev: Any, key: str) -> Any:
