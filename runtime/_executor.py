@@ -40,6 +40,7 @@ from ._capabilities import SupportsLivePrediction
 from ._decision import Decision, Tier, late_reason, wall_ns
 from ._event import Event
 from ._id_window import EXECUTOR_MAX_IDS, EXECUTOR_WINDOW_S, IdWindow
+from ._tier_backoff import TierBackoff
 from ._watchdog import StallWatchdog
 
 __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
@@ -201,6 +202,8 @@ class Executor:
             max_ids=self._config.max_remembered_ids, window_s=self._config.remember_ids_s
         )
         self._inflight: dict[str, asyncio.Future[Decision]] = {}
+        # Model calls that keep losing their events are not started (:mod:`._tier_backoff`).
+        self._backoff = TierBackoff()
         self._evidence = (-1, 0.0)  # latency measurements seen, and when that count changed
         self._probe: asyncio.Task[None] | None = None
 
@@ -342,11 +345,12 @@ class Executor:
         if self._backend is not None:
             context = state_context(self._description, state.to_json())
             text = self._describe(event, key)
-            action = await self._score(context, text, end, skipped)
+            kind = (event.type, len(context) + len(text))
+            action = await self._score(context, text, end, skipped, kind)
             if action is not None:
                 self._keep_answer(state, key, action)
                 return finish(Tier.SCORE, action)
-            action = await self._live(context, text, end, skipped)
+            action = await self._live(context, text, end, skipped, kind)
             if action is not None:
                 self._keep_answer(state, key, action)
                 return finish(Tier.LIVE, action)
@@ -515,15 +519,37 @@ class Executor:
             with contextlib.suppress(asyncio.CancelledError):
                 await probe
 
+    def _backed_off(self, tier: str, kind: tuple[str, int], skipped: list[tuple[str, str]]) -> bool:
+        """Whether not to start ``tier``'s call for this kind of event (type, prompt length).
+
+        True when its recent calls for such events lost theirs (:class:`TierBackoff`).
+        """
+        if not self._config.use_tree:
+            # No tree, no planner filling it: a call that loses its event takes model time
+            # from no one, so every call that fits on paper is started.
+            return False
+        why = self._backoff.skip(tier, *kind)
+        if why is not None:
+            skipped.append((tier, why))
+        return why is not None
+
     async def _score(
-        self, context: str, text: str, end: float, skipped: list[tuple[str, str]]
+        self,
+        context: str,
+        text: str,
+        end: float,
+        skipped: list[tuple[str, str]],
+        kind: tuple[str, int],
     ) -> Any:
         backend, cands = self._backend, self._candidates
         assert backend is not None
         if not self._config.use_score or cands is None:
             skipped.append(("score", "action space not enumerable"))
             return None
+        if self._backed_off("score", kind, skipped):
+            return None
         predicted = backend.latency.prefill(self._config.event_tokens + self._cand_tokens).p95
+        started = asyncio.get_running_loop().time() + predicted <= end  # as _model_call decides
         scores = await self._model_call(
             "score",
             predicted,
@@ -531,20 +557,31 @@ class Executor:
             lambda: backend.score(context, text, cands, self._schema, deadline=end),
             skipped,
         )
-        if scores is None:
-            return None
-        if scores.best is None:
-            skipped.append(("score", scores.status.value))
-            return None
-        return self._validated(cands[scores.best], skipped, "score")
+        answer = None
+        if scores is not None:
+            if scores.best is None:
+                skipped.append(("score", scores.status.value))
+            else:
+                answer = self._validated(cands[scores.best], skipped, "score")
+        refused = scores is not None and scores.status is GenerationStatus.NOT_STARTED
+        if started and not refused:  # a call that ran: did it answer in time?
+            self._backoff.outcome("score", *kind, answered=answer is not None)
+        return answer
 
     async def _live(
-        self, context: str, text: str, end: float, skipped: list[tuple[str, str]]
+        self,
+        context: str,
+        text: str,
+        end: float,
+        skipped: list[tuple[str, str]],
+        kind: tuple[str, int],
     ) -> Any:
         backend = self._backend
         assert backend is not None
         if not self._config.use_live:
             skipped.append(("live", "disabled"))
+            return None
+        if self._backed_off("live", kind, skipped):
             return None
         lat = backend.latency
         cold = False
@@ -565,6 +602,7 @@ class Executor:
                     max_new_tokens=self._config.live_max_new_tokens,
                 )
 
+        started = asyncio.get_running_loop().time() + predicted <= end  # as _model_call decides
         gens = await self._model_call(
             "live",
             predicted,
@@ -581,8 +619,13 @@ class Executor:
             cold=cold,
         )
         if gens is None:
+            if started:  # it ran and did not answer by the budget (or failed)
+                self._backoff.outcome("live", *kind, answered=False)
             return None
         gen = gens[0]
+        answer = None if gen.action is None else self._validated(gen.action, skipped, "live")
+        if gen.status is not GenerationStatus.NOT_STARTED:  # refused at once: it cost nothing
+            self._backoff.outcome("live", *kind, answered=answer is not None)
         if gen.action is None:
             if gen.status is GenerationStatus.NOT_STARTED:
                 # The model refused before any pass: most often the state's prompt is not
@@ -592,7 +635,7 @@ class Executor:
                 self._probe_if_stale(probe)
             skipped.append(("live", gen.status.value))
             return None
-        return self._validated(gen.action, skipped, "live")
+        return answer
 
     def _validated(
         self, action: BaseModel, skipped: list[tuple[str, str]], tier: str

@@ -351,7 +351,8 @@ def test_calibration_scores_known_distributions() -> None:
 
 
 async def test_branches_below_their_cost_are_not_planned() -> None:
-    # Deadlines of 2 s: a live call (prefill + 8 steps of 20 ms) fits, so planning displaces it.
+    # Deadlines of 2 s, and the live tiers seen to answer the tree's misses: planning
+    # displaces their work.
     events = [{**e, "deadline_ms": 2000} for e in EVENTS]
     space = EventSpace.from_specs(events)
     schema = ActionSchema.from_json_schema(spec_data()["action"])
@@ -370,7 +371,11 @@ async def test_branches_below_their_cost_are_not_planned() -> None:
 
         free, costly, no_live = planner(0.0), planner(1.0), planner(1.0, live_tiers=False)
         assert costly.branch_cost() == 0.0  # the event rate is not known yet: plan freely
+        now = asyncio.get_running_loop().time()
         for p in (free, costly, no_live):
+            for name in space.types:  # four misses of each type, all answered in time
+                for _ in range(4):
+                    p.live_record.observe(name, 100, True, now)
             p.observe(None)
         await asyncio.sleep(0.2)  # two events 0.2 s apart: now the planner knows the rate
         for p in (free, costly, no_live):
@@ -384,50 +389,64 @@ async def test_branches_below_their_cost_are_not_planned() -> None:
         assert costly.stats.below_cost > 0
 
 
-async def test_a_model_too_slow_for_every_deadline_plans_at_no_cost() -> None:
-    space = EventSpace.from_specs(EVENTS)  # deadlines 100-300 ms
+async def test_before_the_live_tiers_answer_anything_planning_costs_nothing() -> None:
+    # Deadlines of 2 s: one live call (prefill + 8 steps of 20 ms) fits on paper. That is not
+    # an answer: until the live tiers are seen to answer the tree's misses, the planner plans
+    # as if they answered none (an unfinished live call loses its event; an unneeded branch
+    # only costs idle time).
+    space = EventSpace.from_specs([{**e, "deadline_ms": 2000} for e in EVENTS])
     schema = ActionSchema.from_json_schema(spec_data()["action"])
-    async with ScriptedBackend(step_s=0.2, prefill_per_token_s=0.002) as backend:
+    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
         p = make_planner(backend, space, schema, config=PlannerConfig(horizon=1))
         p.observe(None)
         await asyncio.sleep(0.05)
         p.observe(None)
         assert p.seconds_per_branch()["generate"] / 0.05 > 1  # it would "cost" events...
-        assert p.branch_cost() == 0.0  # ...but no live call fits a deadline: none is displaced
+        assert p.live_success() == dict.fromkeys(space.types, 0.0)
+        assert p.branch_cost() == 0.0  # ...but none answered yet: none is displaced
 
 
-async def test_the_cost_trusts_the_live_tiers_only_as_far_as_they_answer() -> None:
-    # Deadlines of 2 s: one live call fits on paper, so before any outcome the deadline test
-    # stands in and planning "displaces" live work. Then the live tiers are seen to answer no
-    # obstacle the tree missed (a slow model losing to queues, say): the cost falls to the
-    # other types' share and obstacles become urgent again; answered tasks keep theirs.
-    events = [{**e, "deadline_ms": 2000} for e in EVENTS]
-    space = EventSpace.from_specs(events)
-    schema = ActionSchema.from_json_schema(spec_data()["action"])
-    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
-        # p hears the live tiers' outcomes; q sees the same events without them.
-        p, q = (make_planner(backend, space, schema, config=PlannerConfig(horizon=1)) for _ in "pq")
-        assert p.live_success() == dict.fromkeys(space.types, 1.0)
-        obstacle, task = space.keys()[0], space.keys()[2]
-        assert (obstacle.type, task.type) == ("obstacle", "task")
-        for _ in range(8):
-            for key, live in ((obstacle, False), (task, True), (obstacle, None)):
-                # False: the tree missed it and the live tiers did not answer in time; True:
-                # they did; None: the tree answered it, which says nothing of the live tiers.
-                p.observe(key, live=live)
-                q.observe(key)
-                await asyncio.sleep(0.1)
-        assert q.live_success() == dict.fromkeys(space.types, 1.0)
-        success = p.live_success()
-        assert success["obstacle"] == pytest.approx(2 / 10)  # 0 of 8, after the prior's 2 of 2
-        assert success["task"] == 1.0
-        assert success["estop"] == 1.0  # never tried: the deadline test stands
-        urgency = p._urgencies(success)
-        assert urgency["obstacle"] == pytest.approx(1 - 0.2 * (1 - 0.3))
-        assert urgency["task"] == pytest.approx(0.3)
-        # Same gaps, same forecast: the cost now counts obstacles at their observed 20 %.
-        assert q.branch_cost() > 0.1
-        assert p.branch_cost() < 0.6 * q.branch_cost()
+def test_the_cost_follows_what_the_live_tiers_achieved_per_type_with_decay() -> None:
+    # The live tiers answer every task the tree misses and no obstacle (a slow model losing
+    # to queues, say): tasks' urgency relaxes and planning displaces their live work;
+    # obstacles stay urgent. Outcomes decay: a minute later (one half-life) the evidence
+    # counts half, and after a long quiet spell the prior (plan) speaks again.
+    # (On the virtual clock: the decay is over minutes.)
+
+    async def body() -> None:
+        events = [{**e, "deadline_ms": 2000} for e in EVENTS]
+        space = EventSpace.from_specs(events)
+        schema = ActionSchema.from_json_schema(spec_data()["action"])
+        async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
+            # p hears the live tiers' outcomes; q sees the same events without them.
+            p, q = (
+                make_planner(backend, space, schema, config=PlannerConfig(horizon=1)) for _ in "pq"
+            )
+            obstacle, task = space.keys()[0], space.keys()[2]
+            assert (obstacle.type, task.type) == ("obstacle", "task")
+            for _ in range(8):
+                for key, live in ((obstacle, False), (task, True), (obstacle, None)):
+                    # False: the tree missed it and the live tiers did not answer in time;
+                    # True: they did; None: the tree answered it (nothing of the live tiers).
+                    p.observe(key, live=live)
+                    q.observe(key)
+                    await asyncio.sleep(0.1)
+            assert q.live_success() == dict.fromkeys(space.types, 0.0)
+            success = p.live_success()
+            assert success["obstacle"] == 0.0
+            assert 0.85 < success["task"] < 1.0  # 8 answers, against the prior's one try
+            assert success["estop"] == 0.0  # never tried: the prior (plan) stands
+            urgency = p._urgencies(success)
+            assert urgency["obstacle"] == 1.0
+            assert urgency["task"] == pytest.approx(1 - success["task"] * (1 - 0.3))
+            assert q.branch_cost() == 0.0
+            assert p.branch_cost() > 0.0
+            await asyncio.sleep(60.0)  # a half-life with no outcome: the 8 count for 4
+            assert 0.75 < p.live_success()["task"] < success["task"]
+            await asyncio.sleep(600.0)
+            assert p.live_success()["task"] < 0.05
+
+    run_virtual(body())
 
 
 async def test_with_no_live_tier_beside_it_the_planner_ignores_live_outcomes() -> None:
