@@ -312,7 +312,8 @@ def outputs() -> dict[Path, str]:
         data = json.loads(path.read_text())
         if data.get("generator", "scripts/docs_pages.py") != "scripts/docs_pages.py":
             continue  # a benchmark that writes its own page
-        page = render_matrix(data) if path.stem == "matrix" else render_page(data, path.stem)
+        matrix_shaped = path.stem in ("matrix", "held-out-matrix")
+        page = render_matrix(data) if matrix_shaped else render_page(data, path.stem)
         out[path.with_suffix(".md")] = page
     readme = README.read_text()
     head, _, rest = readme.partition(BEGIN)
