@@ -7,6 +7,7 @@ part a call must prefill. With a chat template the split falls where the user's 
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,7 +15,14 @@ from typing import Any, Literal, Protocol
 
 from forethought.policies import ActionForm, ActionSchema
 
-__all__ = ["Prompt", "PromptEncoder", "PromptTokenizer", "describe_format", "state_context"]
+__all__ = [
+    "Prompt",
+    "PromptEncoder",
+    "PromptTokenizer",
+    "describe_format",
+    "prompt_length_bucket",
+    "state_context",
+]
 
 _SENTINEL = "\x00EVENT\x00"
 
@@ -155,3 +163,13 @@ def state_context(description: str, state_json: str) -> str:
     state reuses the KV cache the planner left for that state's prefix.
     """
     return f"{description.strip()}\n\nCurrent state: {state_json}"
+
+
+def prompt_length_bucket(chars: int) -> int:
+    """A prompt's length class: 0 up to 64 characters, then one more per doubling.
+
+    What the executor and the planner learn of the live tiers' calls is kept per event type
+    and length class: a long state prompt prefills for longer, so its calls may miss where
+    short ones fit.
+    """
+    return max(0, math.ceil(math.log2(max(chars, 1) / 64)))

@@ -6,9 +6,11 @@ the other layers from their private modules.
 """
 
 from ._budget import PlannerBudget
+from ._live_record import LiveRecord
 from ._planner import PlannerConfig
 
 __all__ = [
+    "LiveRecord",
     "PlannerBudget",
     "PlannerConfig",
 ]

@@ -40,6 +40,7 @@ from ._cover import BorrowAgreement, cover
 from ._drift import StateDrift
 from ._fleet_link import FleetLink
 from ._forecaster import Forecaster
+from ._live_record import LiveRecord
 from ._lookahead import Expected, Pace, look_ahead
 from ._method_cost import MeasuredCosts
 
@@ -50,10 +51,6 @@ log = logging.getLogger("forethought.planner")
 _GAPS_KEPT = 64
 """Recent gaps between events the pace is drawn from: enough to see a burst pattern, few
 enough to follow a shift's changing rhythm."""
-
-_PRIOR_TRIES = 2.0
-"""Pseudo-tries the deadline test's verdict counts for, per type, before the live tiers' own
-record is known: two real outcomes already outweigh it."""
 
 
 class PlannerConfig(BaseModel):
@@ -236,9 +233,15 @@ class Planner:
         self._mean_gap_s: float | None = None
         # The recent gaps themselves, not only their mean: bursts change when events come.
         self._gaps: deque[float] = deque(maxlen=_GAPS_KEPT)
-        # Per type: events the tree missed that reached the live tiers, and those they answered.
-        self._live_tries: dict[str, int] = {}
-        self._live_answers: dict[str, int] = {}
+        # Per type and prompt length: the events the tree missed that reached the live tiers,
+        # and those they answered in time, decayed (:mod:`._live_record`).
+        self.live_record = LiveRecord()
+        """What the live tiers achieved on the tree's misses in this run."""
+        # The mean length of an event's text, per type: with the state's, a prompt's length.
+        lengths: dict[str, list[int]] = {name: [] for name in space.types}
+        for k in space:
+            lengths[k.type].append(len(k.describe()))
+        self._event_chars = {name: sum(n) // max(len(n), 1) for name, n in lengths.items()}
         self._bucket: BudgetBucket | None = None
         # Set when a whole round came back NOT_STARTED: the backend predicted that not even
         # the round fits its time limit, from samples that may be stale (a warm-up measured
@@ -343,8 +346,8 @@ class Planner:
         """
         now = self._now()
         if live is not None and key is not None and self._live_tiers:
-            self._live_tries[key.type] = self._live_tries.get(key.type, 0) + 1
-            self._live_answers[key.type] = self._live_answers.get(key.type, 0) + live
+            chars = len(self._state.to_json()) + len(key.describe())
+            self.live_record.observe(key.type, chars, live, now)
         if self._last_event_at is not None:
             gap = now - self._last_event_at
             # An exponentially weighted mean: the rate of events drifts over a shift.
@@ -373,24 +376,22 @@ class Planner:
     def live_success(self) -> dict[str, float]:
         """Per event type: the share of the tree's misses the live tiers answer in time.
 
-        Observed: events the tree did not answer, and how many of those the score or live tier
-        answered by the deadline. Until a type has such events, the deadline test stands in
-        (1 where one live call's p95 fits the deadline, else 0), worth :data:`_PRIOR_TRIES`
-        outcomes: a slow model that fits on paper but loses to queueing and spread is soon
-        seen for what it does.
+        Observed, per type and prompt length (the state's and the event's), decayed: events
+        the tree did not answer, and how many of those the score or live tier answered by the
+        deadline (:class:`LiveRecord`). Before a type has such events the live tiers are taken
+        to answer none of them: a prediction that one call fits its deadline is not an answer
+        (a slow model that fits on paper can lose every event to queueing and spread), and an
+        unfinished live call loses its event where an unneeded branch costs only idle time.
         """
         if not self._live_tiers:
             return dict.fromkeys(self._space.types, 0.0)
-        lat = self._backend.latency
-        live = lat.call(32, lat.typical_steps()).p95
-        margin = self._config.margin_s
-        out: dict[str, float] = {}
-        for name, spec in self._space.types.items():
-            prior = 0.0 if spec.deadline_ms / 1e3 - margin < live else 1.0
-            tries = self._live_tries.get(name, 0)
-            answers = self._live_answers.get(name, 0)
-            out[name] = (answers + prior * _PRIOR_TRIES) / (tries + _PRIOR_TRIES)
-        return out
+        now = self._now()
+        state_chars = len(self._state.to_json())
+        record = self.live_record
+        return {
+            name: record.success(name, state_chars + self._event_chars[name], now)
+            for name in self._space.types
+        }
 
     def _urgencies(self, success: dict[str, float] | None = None) -> dict[str, float]:
         """Urgency per event type, from the live tiers' success (:meth:`live_success`).
@@ -427,9 +428,17 @@ class Planner:
         """The way branches are written now and its predicted seconds per branch."""
         costs = self.seconds_per_branch()
         way: str = self._config.method
-        if way == "auto":
-            way = min(costs, key=costs.__getitem__)
+        if way == "auto":  # the cheapest, or one that lost, due to be measured again
+            way = self.measured.choose(costs)
         return way, costs[way]
+
+    def _revisiting(self) -> str | None:
+        """The way the next round writes with when it is a revisit of one that lost."""
+        if self._config.method != "auto":
+            return None
+        costs = self.seconds_per_branch()
+        way = self.measured.choose(costs)
+        return None if way == min(costs, key=costs.__getitem__) else way
 
     def method(self) -> str:
         """How the next branches are written (``auto`` resolved by :meth:`seconds_per_branch`)."""
@@ -631,9 +640,16 @@ class Planner:
         return None
 
     def _take_probe(self, batch: list[Branch]) -> tuple[list[Branch], bool]:
-        """The round to run: one branch, unchecked, after a round refused whole."""
+        """The round to run: one branch, unchecked, after a round refused whole.
+
+        One branch too when scoring, having lost, is revisited: scoring costs the same per
+        branch however many are scored, so one measures it at the least cost
+        (:meth:`MeasuredCosts.choose`).
+        """
         probe, self._probe = self._probe, False
-        return (batch[:1], True) if probe else (batch, False)
+        if probe:
+            return batch[:1], True
+        return (batch[:1] if self._revisiting() == "score" else batch), False
 
     def _note_refused(self, whole_round: bool) -> None:
         """A round the backend refused whole: the next one probes (see ``_probe``)."""

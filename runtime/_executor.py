@@ -48,6 +48,7 @@ from ._event import Event
 from ._guard_counts import GuardCounts
 from ._id_window import EXECUTOR_MAX_IDS, EXECUTOR_WINDOW_S, IdWindow
 from ._skipped import does_not_fit
+from ._tier_backoff import TierBackoff
 from ._watchdog import StallWatchdog
 
 __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
@@ -226,6 +227,8 @@ class Executor:
             max_ids=self._config.max_remembered_ids, window_s=self._config.remember_ids_s
         )
         self._inflight: dict[str, asyncio.Future[Decision]] = {}
+        # Model calls that keep losing their events are not started (:mod:`._tier_backoff`).
+        self._backoff = TierBackoff()
         self._evidence = (-1, 0.0)  # latency measurements seen, and when that count changed
         self._probe: asyncio.Task[None] | None = None
 
@@ -375,11 +378,12 @@ class Executor:
             context = state_context(self._description, state.to_json())
             text = self._describe(event, key)
             applies = self._guards.applicable(event.params, state) if self._guarded else ()
-            action = await self._score(context, text, end, skipped, applies)
+            kind = (event.type, len(context) + len(text))
+            action = await self._score(context, text, end, skipped, kind, applies)
             if action is not None and self._kept(action, applies, "score", skipped, guarded):
                 self._keep_answer(state, key, action)
                 return finish(Tier.SCORE, action)
-            action = await self._live(context, text, end, skipped, applies)
+            action = await self._live(context, text, end, skipped, kind, applies)
             if action is not None and self._kept(action, applies, "live", skipped, guarded):
                 self._keep_answer(state, key, action)
                 return finish(Tier.LIVE, action)
@@ -586,12 +590,27 @@ class Executor:
             with contextlib.suppress(asyncio.CancelledError):
                 await probe
 
+    def _backed_off(self, tier: str, kind: tuple[str, int], skipped: list[tuple[str, str]]) -> bool:
+        """Whether not to start ``tier``'s call for this kind of event (type, prompt length).
+
+        True when its recent calls for such events lost theirs (:class:`TierBackoff`).
+        """
+        if not self._config.use_tree:
+            # No tree, no planner filling it: a call that loses its event takes model time
+            # from no one, so every call that fits on paper is started.
+            return False
+        why = self._backoff.skip(tier, *kind)
+        if why is not None:
+            skipped.append((tier, why))
+        return why is not None
+
     async def _score(
         self,
         context: str,
         text: str,
         end: float,
         skipped: list[tuple[str, str]],
+        kind: tuple[str, int],
         applies: tuple[int, ...] = (),
     ) -> Any:
         backend, cands = self._backend, self._candidates
@@ -606,7 +625,10 @@ class Executor:
                 return None
             if len(allowed) < len(cands):
                 cands = [cands[j] for j in allowed]
+        if self._backed_off("score", kind, skipped):
+            return None
         predicted = backend.latency.prefill(self._config.event_tokens + self._cand_tokens).p95
+        started = asyncio.get_running_loop().time() + predicted <= end  # as _model_call decides
         scores = await self._model_call(
             "score",
             predicted,
@@ -614,12 +636,16 @@ class Executor:
             lambda: backend.score(context, text, cands, self._schema, deadline=end),
             skipped,
         )
-        if scores is None:
-            return None
-        if scores.best is None:
-            skipped.append(("score", scores.status.value))
-            return None
-        return self._validated(cands[scores.best], skipped, "score")
+        answer = None
+        if scores is not None:
+            if scores.best is None:
+                skipped.append(("score", scores.status.value))
+            else:
+                answer = self._validated(cands[scores.best], skipped, "score")
+        refused = scores is not None and scores.status is GenerationStatus.NOT_STARTED
+        if started and not refused:  # a call that ran: did it answer in time?
+            self._backoff.outcome("score", *kind, answered=answer is not None)
+        return answer
 
     async def _live(
         self,
@@ -627,6 +653,7 @@ class Executor:
         text: str,
         end: float,
         skipped: list[tuple[str, str]],
+        kind: tuple[str, int],
         applies: tuple[int, ...] = (),
     ) -> Any:
         backend = self._backend
@@ -638,6 +665,8 @@ class Executor:
         schema = self._guards.narrowed(self._schema, applies) if applies else self._schema
         if schema is None:
             skipped.append(("live", "guards leave no action to write"))
+            return None
+        if self._backed_off("live", kind, skipped):
             return None
         lat = backend.latency
         cold = False
@@ -658,6 +687,7 @@ class Executor:
                     max_new_tokens=self._config.live_max_new_tokens,
                 )
 
+        started = asyncio.get_running_loop().time() + predicted <= end  # as _model_call decides
         gens = await self._model_call(
             "live",
             predicted,
@@ -674,8 +704,15 @@ class Executor:
             cold=cold,
         )
         if gens is None:
+            if started:  # it ran and did not answer by the budget (or failed)
+                self._backoff.outcome("live", *kind, answered=False)
             return None
         gen = gens[0]
+        answer = (
+            None if gen.action is None else self._validated(gen.action, skipped, "live", schema)
+        )
+        if gen.status is not GenerationStatus.NOT_STARTED:  # refused at once: it cost nothing
+            self._backoff.outcome("live", *kind, answered=answer is not None)
         if gen.action is None:
             if gen.status is GenerationStatus.NOT_STARTED:
                 # The model refused before any pass: most often the state's prompt is not
@@ -685,7 +722,7 @@ class Executor:
                 self._probe_if_stale(probe)
             skipped.append(("live", gen.status.value))
             return None
-        return self._validated(gen.action, skipped, "live", schema)
+        return answer
 
     def _validated(
         self,

@@ -89,12 +89,59 @@ def _waste(figures: dict[str, Any] | None) -> str:
     )
 
 
+DOMINANCE_POINTS = 1
+"""How far (percentage points) ``hybrid`` may fall below the better of ``tree`` and ``live``."""
+_HEADLINE_FIGURES = ("correct_in_time", "answered_in_time")
+
+
+def dominance_gap(row: dict[str, Any]) -> dict[str, float] | None:
+    """``hybrid`` minus the better of ``tree`` and ``live``, per headline figure (None: not run).
+
+    The whole executor must never do worse than a part of it switched off: a gap below
+    ``-DOMINANCE_POINTS`` on either figure is a failing cell.
+    """
+    hybrid = row.get("hybrid")
+    parts = [row[s] for s in ("tree", "live") if row.get(s) is not None]
+    if hybrid is None or not parts:
+        return None
+    return {k: hybrid[k] - max(p[k] for p in parts) for k in _HEADLINE_FIGURES}
+
+
+def _dominance(row: dict[str, Any]) -> str:
+    gap = dominance_gap(row)
+    if gap is None:
+        return "—"
+    text = " / ".join(f"{gap[k]:+g}" for k in _HEADLINE_FIGURES)
+    return f"**fails: {text}**" if min(gap.values()) < -DOMINANCE_POINTS else text
+
+
 def render_matrix(data: dict[str, Any]) -> str:
     """``docs/results/matrix.md``: every scenario under every profile."""
     lines = [f"# {data['title']}", "", *_measured(data)]
-    lines += [f"Each cell: {data['unit']}.", ""]
-    rows = [[r["scenario"], r["profile"], *(_cell(r[s]) for s in STRATEGIES)] for r in data["rows"]]
-    lines += _table(["scenario", "profile", *STRATEGIES], rows)
+    lines += [
+        f"Each cell: {data['unit']}. The last column: `hybrid` minus the better of `tree` and "
+        f"`live`, correct / answered in time, in points; a cell more than "
+        f"{DOMINANCE_POINTS} point below is marked **fails**, its cause below the tables.",
+        "",
+    ]
+    rows = [
+        [r["scenario"], r["profile"], *(_cell(r[s]) for s in STRATEGIES), _dominance(r)]
+        for r in data["rows"]
+    ]
+    failing = [r for r in data["rows"] if _dominance(r).startswith("**fails")]
+    lines += _table(["scenario", "profile", *STRATEGIES, "hybrid vs best part"], rows)
+    lines += [
+        f"`hybrid` is within {DOMINANCE_POINTS} point of the better of `tree` and `live` in "
+        f"{len(data['rows']) - len(failing)} of {len(data['rows'])} cells"
+        + (
+            "."
+            if not failing
+            else "; it fails in "
+            + ", ".join(f"{r['scenario']} under `{r['profile']}`" for r in failing)
+            + "."
+        ),
+        "",
+    ]
     planned = [
         s for s in STRATEGIES if any((r[s] or {}).get("waste") is not None for r in data["rows"])
     ]
@@ -328,7 +375,8 @@ def outputs() -> dict[Path, str]:
         data = json.loads(path.read_text())
         if data.get("generator", "scripts/docs_pages.py") != "scripts/docs_pages.py":
             continue  # a benchmark that writes its own page
-        page = render_matrix(data) if path.stem == "matrix" else render_page(data, path.stem)
+        matrix_shaped = path.stem in ("matrix", "held-out-matrix")
+        page = render_matrix(data) if matrix_shaped else render_page(data, path.stem)
         out[path.with_suffix(".md")] = page
     readme = README.read_text()
     head, _, rest = readme.partition(BEGIN)

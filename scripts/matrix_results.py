@@ -12,7 +12,9 @@ wall time; every cell is taken from the source that ran its strategy::
         --source build/matrix-tree.json "--strategy tree,hybrid" 610
 
 A source's commit is the one checked out when this runs, unless ``--commit`` names it (one per
-source, in order). ``scripts/docs_pages.py`` renders the page and the README's headline.
+source, in order). ``--keep live`` carries the ``live`` cells, and the run they came from, over
+from the matrix.json being replaced (for a change that leaves the live strategy's code path as
+it was). ``scripts/docs_pages.py`` renders the page and the README's headline.
 """
 
 from __future__ import annotations
@@ -64,12 +66,28 @@ def _cell(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def results(
-    sources: list[tuple[dict[str, Any], str, float, str]], notes: str | None
+    sources: list[tuple[dict[str, Any], str, float, str]],
+    notes: str | None,
+    kept: tuple[dict[str, Any], tuple[str, ...]] | None = None,
+    title: str = "Every shipped scenario under every shipped profile",
 ) -> dict[str, Any]:
-    """matrix.json's content: ``sources`` are (run JSON, command options, wall s, commit)."""
+    """matrix.json's content: ``sources`` are (run JSON, command options, wall s, commit).
+
+    ``kept``: a previous matrix.json and the strategies whose cells (and sources) it gives.
+    """
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     described = []
     models = set()
+    if kept is not None:
+        old, strategies = kept
+        for row in old["rows"]:
+            for strategy in strategies:
+                if row.get(strategy) is not None:
+                    cells.setdefault((row["scenario"], row["profile"]), {})[strategy] = row[
+                        strategy
+                    ]
+        described += [d for d in old["sources"] if set(d["strategies"]) <= set(strategies)]
+        models.update(m.strip() for m in old["machine"].split(";")[-1].split(","))
     for run, options, wall, commit in sources:
         models.add(run["model"])
         ran = sorted({r["strategy"] for r in run["rows"]}, key=STRATEGIES.index)
@@ -91,7 +109,7 @@ def results(
     ]
     commits = sorted({d["commit"] for d in described})
     return {
-        "title": "Every shipped scenario under every shipped profile",
+        "title": title,
         "commit": ", ".join(commits),
         "date": datetime.date.today().isoformat(),
         "machine": (
@@ -122,8 +140,15 @@ def main() -> int:
         help="a sim --matrix JSON, the options it ran with, its wall time in seconds",
     )
     parser.add_argument("--commit", action="append", help="each source's commit, in order")
+    parser.add_argument(
+        "--keep",
+        action="append",
+        choices=STRATEGIES,
+        help="carry this strategy's cells and source over from the matrix.json being replaced",
+    )
     parser.add_argument("--notes", type=Path, help="a Markdown file of notes under the table")
     parser.add_argument("--out", type=Path, default=TARGET)
+    parser.add_argument("--title", default="Every shipped scenario under every shipped profile")
     args = parser.parse_args()
     commits = args.commit or [_commit()] * len(args.source)
     if len(commits) != len(args.source):
@@ -133,7 +158,9 @@ def main() -> int:
         for (path, options, wall), commit in zip(args.source, commits, strict=True)
     ]
     notes = args.notes.read_text().strip() if args.notes else None
-    args.out.write_text(json.dumps(results(sources, notes), indent=1, ensure_ascii=False) + "\n")
+    kept = (json.loads(args.out.read_text()), tuple(args.keep)) if args.keep else None
+    data = results(sources, notes, kept, args.title)
+    args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {args.out}")
     return 0
 

@@ -358,73 +358,70 @@ def _virtual_elapse() -> Callable[[float], None]:
     return loop.advance
 
 
-def test_branches_below_their_cost_are_not_planned() -> None:
-    """On virtual time: the gaps between events are exact, and cost no wall time."""
+async def test_branches_below_their_cost_are_not_planned() -> None:
+    # Deadlines of 2 s, and the live tiers seen to answer the tree's misses: planning
+    # displaces their work.
+    events = [{**e, "deadline_ms": 2000} for e in EVENTS]
+    space = EventSpace.from_specs(events)
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
 
-    async def run() -> None:
-        elapse = _virtual_elapse()
-        # Deadlines of 2 s: a live call (prefill + 8 steps of 20 ms) fits, so planning displaces it.
-        events = [{**e, "deadline_ms": 2000} for e in EVENTS]
-        space = EventSpace.from_specs(events)
-        schema = ActionSchema.from_json_schema(spec_data()["action"])
-        async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
+        def planner(weight: float, **kw: Any) -> Planner:
+            return make_planner(
+                backend,
+                space,
+                schema,
+                state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
+                description="d",
+                config=PlannerConfig(horizon=1, cost_weight=weight),
+                **kw,
+            )
 
-            def planner(weight: float, **kw: Any) -> Planner:
-                return make_planner(
-                    backend,
-                    space,
-                    schema,
-                    state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
-                    description="d",
-                    config=PlannerConfig(horizon=1, cost_weight=weight),
-                    **kw,
-                )
-
-            free, costly, no_live = planner(0.0), planner(1.0), planner(1.0, live_tiers=False)
-            assert costly.branch_cost() == 0.0  # the event rate is not known yet: plan freely
-            for p in (free, costly, no_live):
-                p.observe(None)
-            elapse(0.2)  # two events 0.2 s apart: now the planner knows the rate
-            for p in (free, costly, no_live):
-                p.observe(None)
-            assert costly.branch_cost() > 0.1
-            assert free.branch_cost() == 0.0
-            assert no_live.branch_cost() == 0.0  # no live tier: planning displaces nothing
-            kept = {(b.key, round(b.value, 9)) for b in costly.candidates()}
-            assert kept < {(b.key, round(b.value, 9)) for b in free.candidates()}
-            assert all(v >= costly.branch_cost() for _, v in kept)
-            assert costly.stats.below_cost > 0
-
-    run_virtual(run())
-
-
-def test_a_model_too_slow_for_every_deadline_plans_at_no_cost() -> None:
-    """On virtual time: the gaps between events are exact, and cost no wall time."""
-
-    async def run() -> None:
-        elapse = _virtual_elapse()
-        space = EventSpace.from_specs(EVENTS)  # deadlines 100-300 ms
-        schema = ActionSchema.from_json_schema(spec_data()["action"])
-        async with ScriptedBackend(step_s=0.2, prefill_per_token_s=0.002) as backend:
-            p = make_planner(backend, space, schema, config=PlannerConfig(horizon=1))
+        free, costly, no_live = planner(0.0), planner(1.0), planner(1.0, live_tiers=False)
+        assert costly.branch_cost() == 0.0  # the event rate is not known yet: plan freely
+        now = asyncio.get_running_loop().time()
+        for p in (free, costly, no_live):
+            for name in space.types:  # four misses of each type, all answered in time
+                for _ in range(4):
+                    p.live_record.observe(name, 100, True, now)
             p.observe(None)
-            elapse(0.05)
+        await asyncio.sleep(0.2)  # two events 0.2 s apart: now the planner knows the rate
+        for p in (free, costly, no_live):
             p.observe(None)
-            assert p.seconds_per_branch()["generate"] / 0.05 > 1  # it would "cost" events...
-            assert p.branch_cost() == 0.0  # ...but no live call fits a deadline: none is displaced
+        assert costly.branch_cost() > 0.1
+        assert free.branch_cost() == 0.0
+        assert no_live.branch_cost() == 0.0  # no live tier: planning displaces nothing
+        kept = {(b.key, round(b.value, 9)) for b in costly.candidates()}
+        assert kept < {(b.key, round(b.value, 9)) for b in free.candidates()}
+        assert all(v >= costly.branch_cost() for _, v in kept)
+        assert costly.stats.below_cost > 0
 
-    run_virtual(run())
+
+async def test_before_the_live_tiers_answer_anything_planning_costs_nothing() -> None:
+    # Deadlines of 2 s: one live call (prefill + 8 steps of 20 ms) fits on paper. That is not
+    # an answer: until the live tiers are seen to answer the tree's misses, the planner plans
+    # as if they answered none (an unfinished live call loses its event; an unneeded branch
+    # only costs idle time).
+    space = EventSpace.from_specs([{**e, "deadline_ms": 2000} for e in EVENTS])
+    schema = ActionSchema.from_json_schema(spec_data()["action"])
+    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
+        p = make_planner(backend, space, schema, config=PlannerConfig(horizon=1))
+        p.observe(None)
+        await asyncio.sleep(0.05)
+        p.observe(None)
+        assert p.seconds_per_branch()["generate"] / 0.05 > 1  # it would "cost" events...
+        assert p.live_success() == dict.fromkeys(space.types, 0.0)
+        assert p.branch_cost() == 0.0  # ...but none answered yet: none is displaced
 
 
-def test_the_cost_trusts_the_live_tiers_only_as_far_as_they_answer() -> None:
-    """On virtual time: the gaps between events are exact, and cost no wall time."""
+def test_the_cost_follows_what_the_live_tiers_achieved_per_type_with_decay() -> None:
+    # The live tiers answer every task the tree misses and no obstacle (a slow model losing
+    # to queues, say): tasks' urgency relaxes and planning displaces their live work;
+    # obstacles stay urgent. Outcomes decay: a minute later (one half-life) the evidence
+    # counts half, and after a long quiet spell the prior (plan) speaks again.
+    # (On the virtual clock: the decay is over minutes.)
 
-    async def run() -> None:
-        elapse = _virtual_elapse()
-        # Deadlines of 2 s: one live call fits on paper, so before any outcome the deadline test
-        # stands in and planning "displaces" live work. Then the live tiers are seen to answer no
-        # obstacle the tree missed (a slow model losing to queues, say): the cost falls to the
-        # other types' share and obstacles become urgent again; answered tasks keep theirs.
+    async def body() -> None:
         events = [{**e, "deadline_ms": 2000} for e in EVENTS]
         space = EventSpace.from_specs(events)
         schema = ActionSchema.from_json_schema(spec_data()["action"])
@@ -433,29 +430,31 @@ def test_the_cost_trusts_the_live_tiers_only_as_far_as_they_answer() -> None:
             p, q = (
                 make_planner(backend, space, schema, config=PlannerConfig(horizon=1)) for _ in "pq"
             )
-            assert p.live_success() == dict.fromkeys(space.types, 1.0)
             obstacle, task = space.keys()[0], space.keys()[2]
             assert (obstacle.type, task.type) == ("obstacle", "task")
             for _ in range(8):
                 for key, live in ((obstacle, False), (task, True), (obstacle, None)):
-                    # False: the tree missed it and the live tiers did not answer in time; True:
-                    # they did; None: the tree answered it, which says nothing of the live tiers.
+                    # False: the tree missed it and the live tiers did not answer in time;
+                    # True: they did; None: the tree answered it (nothing of the live tiers).
                     p.observe(key, live=live)
                     q.observe(key)
-                    elapse(0.1)
-            assert q.live_success() == dict.fromkeys(space.types, 1.0)
+                    await asyncio.sleep(0.1)
+            assert q.live_success() == dict.fromkeys(space.types, 0.0)
             success = p.live_success()
-            assert success["obstacle"] == pytest.approx(2 / 10)  # 0 of 8, after the prior's 2 of 2
-            assert success["task"] == 1.0
-            assert success["estop"] == 1.0  # never tried: the deadline test stands
+            assert success["obstacle"] == 0.0
+            assert 0.85 < success["task"] < 1.0  # 8 answers, against the prior's one try
+            assert success["estop"] == 0.0  # never tried: the prior (plan) stands
             urgency = p._urgencies(success)
-            assert urgency["obstacle"] == pytest.approx(1 - 0.2 * (1 - 0.3))
-            assert urgency["task"] == pytest.approx(0.3)
-            # Same gaps, same forecast: the cost now counts obstacles at their observed 20 %.
-            assert q.branch_cost() > 0.1
-            assert p.branch_cost() < 0.6 * q.branch_cost()
+            assert urgency["obstacle"] == 1.0
+            assert urgency["task"] == pytest.approx(1 - success["task"] * (1 - 0.3))
+            assert q.branch_cost() == 0.0
+            assert p.branch_cost() > 0.0
+            await asyncio.sleep(60.0)  # a half-life with no outcome: the 8 count for 4
+            assert 0.75 < p.live_success()["task"] < success["task"]
+            await asyncio.sleep(600.0)
+            assert p.live_success()["task"] < 0.05
 
-    run_virtual(run())
+    run_virtual(body())
 
 
 async def test_with_no_live_tier_beside_it_the_planner_ignores_live_outcomes() -> None:

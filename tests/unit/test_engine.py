@@ -221,12 +221,15 @@ def test_engine_settings_are_checked_by_name() -> None:
 
 
 def test_measured_costs_are_medians_per_branch() -> None:
+    # (A way with fewer than three rounds counts at its cheapest: one cold round misleads.)
     costs = MeasuredCosts(window=3)
     assert costs.get("score") is None
     costs.observe("generate", 0.8, 8)
     costs.observe("generate", 1.6, 8)
     costs.observe("generate", 0.0, 0)  # nothing written: not a measurement
-    assert costs.get("generate") == pytest.approx(0.15)
+    assert costs.get("generate") == pytest.approx(0.1)  # two rounds: the cheapest counts
+    costs.observe("generate", 1.2, 8)
+    assert costs.get("generate") == pytest.approx(0.15)  # three: their median
     for s in (0.5, 0.6, 0.7, 0.9):
         costs.observe("score", s, 1)
     assert costs.get("score") == pytest.approx(0.7)  # the last three only
@@ -264,3 +267,23 @@ def test_auto_follows_what_each_method_measured() -> None:
     planner.measured.observe(cheaper, predicted[dearer] * 100, 1)
     assert planner.method() == dearer
     assert planner.seconds_per_branch()[cheaper] == pytest.approx(predicted[dearer] * 100)
+
+
+def test_a_way_that_lost_is_revisited_with_a_doubling_wait() -> None:
+    costs = MeasuredCosts(revisit_branches=4)
+    cost = {"generate": 0.5, "score": 0.05}
+    assert costs.choose(cost) == "score"  # the cheapest
+    for _ in range(3):
+        costs.observe("score", 0.05, 1)
+    assert costs.choose(cost) == "score"
+    costs.observe("score", 0.05, 1)  # 4 branches written by scoring: generating is due
+    assert costs.choose(cost) == "generate"
+    assert costs.choose(cost) == "generate"  # until a round of it is measured
+    costs.observe("generate", 4.0, 8)  # it lost again: the next revisit waits 8 branches
+    for _ in range(7):
+        assert costs.choose(cost) == "score"
+        costs.observe("score", 0.05, 1)
+    costs.observe("score", 0.05, 1)
+    assert costs.choose(cost) == "generate"
+    assert costs.choose({"generate": 0.01, "score": 0.05}) == "generate"  # it won: chosen
+    assert costs.choose({"generate": 0.5}) == "generate"  # one way: nothing to revisit
