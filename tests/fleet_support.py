@@ -19,6 +19,7 @@ from forethought.policies._events import EventKey
 from forethought.runtime import Agent, AgentConfig, FleetConfig
 from forethought.runtime._fleet_record import decode_key
 from forethought.runtime._fleet_worker import FleetWorker
+from forethought.testing import until_holds
 
 SPEC = robot_spec(
     "fleet-test",
@@ -93,12 +94,7 @@ async def agents(
 
 
 async def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while not check():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    await until_holds(check, timeout_s, what)
 
 
 async def bucket(url: str, fleet: FleetConfig) -> dict[tuple[str, EventKey], int]:

@@ -25,7 +25,7 @@ from forethought.planner import PlannerConfig
 from forethought.policies import ConfigError
 from forethought.runtime import HealthConfig, MqttBus
 from forethought.runtime.transports._mqtt import payload_bytes
-from forethought.testing import FaultyBackend, MosquittoBroker
+from forethought.testing import FaultyBackend, MosquittoBroker, until_holds
 
 SPEC = AgentSpec.from_data(FAULTS_SPEC)
 
@@ -49,9 +49,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 async def _until(cond: Any, within: float = 30.0) -> None:
-    async with asyncio.timeout(within):
-        while not cond():  # noqa: ASYNC110 - planner health has no event to wait on
-            await asyncio.sleep(0.01)
+    await until_holds(cond, within, "the planner's health")  # no event to wait on
 
 
 async def test_health_over_http_says_what_is_wrong_and_when_it_is_right_again(

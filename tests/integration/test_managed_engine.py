@@ -15,7 +15,6 @@ import statistics
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from forethought.models.backends._server_process import process_alive
 from forethought.planner import PlannerConfig
 from forethought.policies import ActionSchema, AgentSpec
 from forethought.runtime import Agent, AgentConfig, EngineConfig, Event, ExecutorConfig, Tier
+from forethought.testing import until, until_holds
 
 pytestmark = [pytest.mark.server, pytest.mark.smollm2]
 
@@ -56,12 +56,7 @@ def built(smollm2_first_load: LoadedModel) -> None:
 
 
 async def _gone(pid: int, within_s: float = 10.0) -> bool:
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        if not process_alive(pid):
-            return True
-        await asyncio.sleep(0.05)
-    return False
+    return await until(lambda: not process_alive(pid), within_s) is not None
 
 
 async def test_generates_and_scores_in_one_request_with_the_exact_winner(
@@ -185,9 +180,12 @@ async def test_sigkill_mid_call_20_times_fails_over_and_the_server_comes_back() 
             task = asyncio.create_task(
                 agent.decide(Event(str(i), "obstacle", {"side": "right"}, arrived_at=loop.time()))
             )
-            while engine.server.stats.requests == sent:  # the live call's request is out
-                assert not task.done(), "the live tier did not call the server"
-                await asyncio.sleep(0.001)
+            await until_holds(  # the live call's request is out
+                lambda sent=sent, task=task: engine.server.stats.requests != sent or task.done(),
+                30,
+                "the request",
+            )
+            assert not task.done(), "the live tier did not call the server"
             os.kill(pid, signal.SIGKILL)
             decision = await task
             tiers.append(decision.tier)

@@ -36,7 +36,7 @@ from forethought.policies._state import WorldState
 from forethought.policies._tree import PolicyTree
 from forethought.runtime import Decision, Event, ExecutorConfig, Tier
 from forethought.runtime._executor import Executor
-from forethought.testing import LlamaServer, llama_server_path
+from forethought.testing import LlamaServer, llama_server_path, until_holds
 
 pytestmark = [pytest.mark.server, pytest.mark.smollm2]
 
@@ -65,14 +65,13 @@ def server(smollm2_first_load: LoadedModel) -> Iterator[LlamaServer]:
 
 async def _idle(url: str, timeout_s: float = 5.0) -> float:
     """Seconds until no slot of the server is processing."""
-    t0 = time.perf_counter()
     async with httpx.AsyncClient() as client:
-        while time.perf_counter() - t0 < timeout_s:
+
+        async def idle() -> bool:
             slots = (await client.get(f"{url}/slots")).json()
-            if not any(s["is_processing"] for s in slots):
-                return time.perf_counter() - t0
-            await asyncio.sleep(0.005)
-    raise AssertionError(f"a slot was still busy after {timeout_s} s")
+            return not any(s["is_processing"] for s in slots)
+
+        return await until_holds(idle, timeout_s, "every slot idle")
 
 
 async def test_generate_batch_and_prefix_cache(
@@ -560,11 +559,7 @@ SPEC = {
 
 
 async def _until(check, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while not check():
-        assert loop.time() < end, "timed out waiting"
-        await asyncio.sleep(0.05)
+    await until_holds(check, timeout_s, "the condition")
 
 
 async def test_planner_on_the_server_live_in_process_survives_a_server_restart(
