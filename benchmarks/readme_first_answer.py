@@ -113,7 +113,8 @@ def measure(rounds: int) -> dict[str, Any]:
         "command": "benchmarks/readme_first_answer.py",
         "intro": (
             "The README's Python block run as written in a fresh interpreter per round, set-up "
-            "excluded (the model already converted into the cache by an untimed first run). "
+            "excluded (the model already in the converted cache; an untimed first run converts it "
+            "when it is not). "
             "Seconds from the interpreter's start to the example's lines: the tree covering the "
             "next event (`until_covered`), and the decision printed."
         ),
