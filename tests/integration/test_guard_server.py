@@ -1,0 +1,125 @@
+"""Guards compiled into llama-server's GBNF: sampled actions, none forbidden (issue 47).
+
+The GBNF our server backend sends (:func:`action_gbnf`) for the guard-narrowed schema, given to
+our llama-server build with SmolLM2 sampling at temperature 1.5, a new seed each request: a
+model pushed to write anything the grammar allows. None of the ``SAMPLES`` actions is forbidden;
+the same sampling under the schema as written writes forbidden ones. (``SAMPLES`` is 300, not the
+in-process engines' 1,000: each sample is a whole server request.)
+Then the backend's own path: live generations through :class:`ServerBackend` under the
+narrowed schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from forethought.models import ServerBackend
+from forethought.models._model_load import LoadedModel
+from forethought.models.grammar._bounds import OutputBounds
+from forethought.models.grammar._gbnf import action_gbnf
+from forethought.policies import ActionForm, ActionSchema, GuardRule, GuardSet, InvalidAction
+from forethought.testing import LlamaServer, llama_server_path
+
+pytestmark = [pytest.mark.server, pytest.mark.smollm2]
+
+ACTION: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {
+            "enum": ["stop", "slow_down", "continue", "turn_left", "turn_right", "reverse", "dock"]
+        },
+        "speed": {"type": "number", "minimum": 0, "maximum": 1.5},
+        "lights": {"type": "boolean"},
+    },
+    "required": ["action", "speed", "lights"],
+}
+GUARDS = GuardSet(
+    [
+        GuardRule(name="no-moving-on", forbid=[{"action": ["continue", "reverse", "dock"]}]),
+        GuardRule(name="slow", allow=[{"speed": {"max": 0.3}}]),
+        GuardRule(name="dark", forbid=[{"lights": True}]),
+    ]
+)
+SAMPLES = 300
+PROMPT = "You drive a warehouse robot. Write the next action as JSON.\n"
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_first_load: LoadedModel) -> Iterator[LlamaServer]:
+    if llama_server_path() is None:
+        pytest.fail("llama-server is not built: scripts/test builds it (see README)")
+    with LlamaServer(slots=4) as s:
+        yield s
+
+
+async def _sample(url: str, schema: ActionSchema, n: int) -> list[dict[str, Any]]:
+    gbnf = action_gbnf(schema.json_schema(ActionForm.COMPACT), OutputBounds())
+    gate = asyncio.Semaphore(4)
+    out: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(timeout=120) as client:
+
+        async def one(seed: int) -> None:
+            body = {
+                "prompt": PROMPT,
+                "grammar": gbnf,
+                "temperature": 1.5,
+                "seed": seed,
+                "n_predict": 64,
+                "cache_prompt": True,
+            }
+            async with gate:
+                reply = (await client.post(f"{url}/completion", json=body)).json()
+            try:
+                out.append(schema.readable(schema.parse(reply["content"])))
+            except InvalidAction:
+                if reply.get("stop_type") != "limit":  # cut at n_predict: not an action
+                    raise
+
+        async with asyncio.TaskGroup() as tg:
+            for seed in range(n):
+                tg.create_task(one(seed), name=f"test.sample[{seed}]")
+    return out
+
+
+@pytest.mark.timeout(900)
+async def test_llama_server_sampling_under_the_narrowed_gbnf_writes_nothing_forbidden(
+    server: LlamaServer,
+) -> None:
+    schema = ActionSchema.from_json_schema(ACTION)
+    narrowed = GUARDS.narrowed(schema, (0, 1, 2))
+    assert narrowed is not None
+    actions = await _sample(server.url, narrowed, SAMPLES)
+    assert len(actions) >= SAMPLES * 9 // 10
+    for a in actions:
+        schema.validate(a)
+    assert [a for a in actions if GUARDS.refusal(a, {}, {}) is not None] == []
+    assert len({a["action"] for a in actions}) >= 2
+    control = await _sample(server.url, schema, 100)
+    assert any(GUARDS.refusal(a, {}, {}) is not None for a in control)
+
+
+async def test_the_server_backend_generates_under_the_narrowed_schema(
+    server: LlamaServer,
+) -> None:
+    schema = ActionSchema.from_json_schema(ACTION)
+    narrowed = GUARDS.narrowed(schema, (0, 1, 2))
+    assert narrowed is not None
+    events = ["obstacle at 0.5 m", "path clear", "battery low", "human waving"] * 4
+    async with ServerBackend(url=server.url) as backend:
+        await backend.prepare(narrowed)
+        loop = asyncio.get_running_loop()
+        gens = await backend.generate(
+            "You drive a warehouse robot.", events, narrowed, deadline=loop.time() + 120
+        )
+    done = [g for g in gens if g.ok and g.action is not None]
+    assert len(done) >= len(events) // 2
+    for g in done:
+        assert g.action is not None
+        readable = narrowed.readable(g.action)
+        schema.validate(readable)
+        assert GUARDS.refusal(readable, {}, {}) is None
