@@ -82,10 +82,11 @@ def test_the_recording_commands_run_as_written(tmp_path: Path) -> None:
 @pytest.mark.timeout(1200)  # an agent's start is minutes on a loaded 2-core machine
 def test_the_live_command_joins_a_ros2_graph(tmp_path: Path) -> None:
     (run,) = guide_commands("A live robot")
-    with ZenohRouter() as router:
+    log = tmp_path / "agent.log"
+    with ZenohRouter() as router, log.open("w") as out:
         agent = subprocess.Popen(
             [*_cli(run), "--zenoh", router.endpoint],
-            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT, env=ENV, stdout=out, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         try:
             config = zenoh.Config()
@@ -101,7 +102,7 @@ def test_the_live_command_joins_a_ros2_graph(tmp_path: Path) -> None:
                     break
                 time.sleep(1.0)
             observer.close()
-            assert agent.poll() is None, agent.stdout.read() if agent.stdout else ""
+            assert agent.poll() is None, log.read_text()[-3000:]
             # what `ros2 node list` and `ros2 topic info` read: the node, two subscriptions,
             # the action publisher
             assert sorted(t.split("/")[5] for t in tokens) == ["MP", "MS", "MS", "NN"], tokens
