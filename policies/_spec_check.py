@@ -167,7 +167,7 @@ class _Checker:
 
     def guards(self) -> None:
         """Guards against the whole spec (the default's proof), once all else is right."""
-        plain = {k: v for k, v in self.data.items() if k in _SPEC_KEYS}
+        plain = {k: v for k, v in self.data.items() if k in spec_keys()}
         plain["events"] = [
             {k: v for k, v in e.items() if k != "accept"} if isinstance(e, Mapping) else e
             for e in plain.get("events", [])

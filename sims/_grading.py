@@ -238,3 +238,22 @@ def _partial_problems(
         except ForethoughtError as exc:
             out.append(ConfigError(where, dict(part), f"cannot match any valid action: {exc}"))
     return out
+
+
+def _check_condition(
+    where: str, name: str, want: Any, event_type: EventType | None, state: Mapping[str, Any]
+) -> None:
+    """Raise the first problem of one ``when`` condition (for readers that stop at it)."""
+    params = event_type.params if event_type is not None else None
+    problems = _condition_problems(where, name, want, params, state)
+    if problems:
+        raise problems[0]
+
+
+def _check_partial(
+    where: str, part: Any, schema: ActionSchema | None, default: Mapping[str, Any] | None
+) -> None:
+    """Raise the first problem of one partial action (for readers that stop at it)."""
+    problems = _partial_problems(where, part, schema, default)
+    if problems:
+        raise problems[0]

@@ -28,8 +28,8 @@ from forethought.runtime import is_ros2_map, load_ros2_map
 
 from ._grading import Grader
 from ._mcap import McapTrace, load_mapping, trace_from_mcap
-from ._ros2_recording import trace_from_ros2
 from ._reactions import WorldBlock
+from ._ros2_recording import trace_from_ros2
 from ._trace_event import TraceEvent
 
 __all__ = [

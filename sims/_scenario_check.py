@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from forethought.policies import ActionSchema, AgentSpec, ForethoughtError
+from forethought.policies import ActionSchema, AgentSpec, ConfigError, ForethoughtError
 from forethought.policies._spec_check import (
     Problem,
     StateValues,

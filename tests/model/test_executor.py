@@ -6,7 +6,6 @@ The rest of the executor's tests need no model: tests/unit/test_executor.py.
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
 import pytest
