@@ -22,7 +22,19 @@ from forethought.sims import (
 from forethought.sims._closed_loop_report import closed_loop_json
 from forethought.sims._profiles import profile_figures
 
-__all__ = ["refuse_open_loop_options", "run_closed_loop"]
+__all__ = ["open_loop_only", "refuse_open_loop_options", "run_closed_loop"]
+
+
+def open_loop_only(scenario: Scenario, option: str) -> Scenario:
+    """``scenario``, refused by name when it has a world (``option`` replays open loop only)."""
+    if scenario.world is not None:
+        raise ConfigError(
+            option,
+            scenario.name,
+            "a closed-loop scenario (one with a world) replays with `forethought sim SCENARIO` "
+            "(--episodes, --strategy, --profile NAME, --clock virtual|real)",
+        )
+    return scenario
 
 
 def refuse_open_loop_options(

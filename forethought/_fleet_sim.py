@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from forethought._closed_loop_sim import open_loop_only
 from forethought._sim import _load, _profile
 from forethought.policies import ConfigError
 from forethought.sims import FleetRun, fleet_replay, load_scenario
@@ -84,7 +85,7 @@ def run_fleet_sim(
     json_path: Path | None,
 ) -> list[FleetRun]:
     """Replay each fleet size in turn, print the table, write the JSON (if asked)."""
-    scenario = load_scenario(scenario_path)
+    scenario = open_loop_only(load_scenario(scenario_path), "--fleet")
     backend = _load(model, device, dtype)
     pname, prof = _profile(profile, scenario, backend)
     runs = []

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from forethought._closed_loop_sim import open_loop_only
 from forethought._progress import Bars
 from forethought.models import LatencyProfile, TransformersBackend
 from forethought.policies import ConfigError
@@ -246,7 +247,7 @@ def run_profiles(
     report: Path | None,
 ) -> dict[str, dict[str, StrategyRun]]:
     """``forethought sim SCENARIO --profile A,B``: load, then :func:`run_side_by_side`."""
-    scenario = first_events(load_scenario(scenario_path), events)
+    scenario = first_events(open_loop_only(load_scenario(scenario_path), "--profile"), events)
     with Bars() as bars:
         with bars.wait(f"loading {model} (the first load converts it)"):
             backend = TransformersBackend(model=model, device=device, dtype=dtype)

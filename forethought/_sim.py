@@ -10,6 +10,11 @@ from typing import Any
 
 import orjson
 
+from forethought._closed_loop_sim import (
+    open_loop_only,
+    refuse_open_loop_options,
+    run_closed_loop,
+)
 from forethought._progress import Bars
 from forethought._side_by_side import first_events
 from forethought.models import (
@@ -126,11 +131,6 @@ def run_sim(
     scenario = _scenario(scenario_path, spec, mapping, events, profile)
     names = strategy_names(strategy)
     if scenario.world is not None:  # the world answers the actions: closed loop
-        from forethought._closed_loop_sim import (  # noqa: PLC0415
-            refuse_open_loop_options,
-            run_closed_loop,
-        )
-
         refuse_open_loop_options(
             mqtt=mqtt, planner=planner, record=record, engine=engine, clock=clock
         )
@@ -429,7 +429,7 @@ def run_matrix(
     )
     print(header)
     for path in paths:
-        scenario = load_scenario(path)
+        scenario = open_loop_only(load_scenario(path), "--matrix")
         memo: dict[Any, Any] = {}  # the model's outputs do not depend on the profile
         refs: dict[Any, Any] = {}
         for pname in names:

@@ -26,14 +26,14 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought.models import LatencyProfile, ModelBackend
-from forethought.models._prompt import state_context
+from forethought.models import LatencyProfile
 from forethought.planner import PlannerConfig
-from forethought.runtime import Agent, Event
+from forethought.runtime import Agent
 
+from ._loop_deciders import Decided, NaiveDecider, agent_decide
 from ._reactions import make_world
 from ._records import StrategyRun
-from ._replay import STRATEGIES, BackendSource, CallMemo, _naive_call, _Strategy, _strategy_config
+from ._replay import STRATEGIES, BackendSource, CallMemo, _Strategy, _strategy_config
 from ._scenario import Scenario
 from ._trace_event import TraceEvent
 from ._vloop import run_virtual
@@ -141,13 +141,6 @@ class ClosedLoopRun:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class _Decided:
-    action: dict[str, Any]
-    tier: str
-    met: bool
-
-
 class _Episode:
     """One episode's loop: the world, the decider, time, and what each action caused."""
 
@@ -155,7 +148,7 @@ class _Episode:
         self,
         scenario: Scenario,
         world: World,
-        decide: Callable[[int, TraceEvent, float], Coroutine[Any, Any, _Decided]],
+        decide: Callable[[int, TraceEvent, float], Coroutine[Any, Any, Decided]],
         missed: Callable[[int, TraceEvent, float], None],
         episode: Episode,
         max_steps: int,
@@ -260,7 +253,7 @@ class _Episode:
     async def _dispatch(self, i: int, ev: TraceEvent) -> None:
         stimulus = self.loop.time()
         deadline = stimulus + self.sc.deadline_ms(ev) / 1e3
-        task: asyncio.Task[_Decided] | None = None
+        task: asyncio.Task[Decided] | None = None
         try:
             await asyncio.sleep(self.sc.perception_s(ev))
             task = self.loop.create_task(
@@ -331,86 +324,6 @@ def _short(action: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in action.items())
 
 
-class _Naive:
-    """live-naive in closed loop: one model, FIFO, the verbose call run to completion."""
-
-    def __init__(self, st: _Strategy, backend: ModelBackend, memo: CallMemo) -> None:
-        self.st, self.backend, self.memo = st, backend, memo
-        spec = st.scenario.spec
-        self.schema = spec.action_schema()
-        self.default = self.schema.readable(self.schema.validate(spec.default_action))
-        self.state = spec.initial_state()
-        self.space = spec.event_space()
-        self.lock = asyncio.Lock()
-
-    async def decide(self, i: int, ev: TraceEvent, stimulus: float) -> _Decided:
-        loop = asyncio.get_running_loop()
-        async with self.lock:
-            if ev.state:
-                self.state = self.state.patched(ev.state)
-            key = self.space.key(ev.type, ev.params)
-            text = key.describe() if key is not None else ev.describe()
-            spec = self.st.scenario.spec
-            context = state_context(spec.description, self.state.to_json())
-            g = await _naive_call(self.st, self.backend, self.memo, context, text, self.schema)
-            action = self.schema.readable(g.action) if g.action is not None else self.default
-            done = loop.time()
-            met = done <= stimulus + self.st.scenario.deadline_ms(ev) / 1e3 + 1e-9
-            tier = "live" if g.ok else "default"
-            self.st.record(
-                i,
-                ev,
-                latency_s=done - stimulus,
-                tier=tier,
-                action=action,
-                met=met,
-                context=context,
-                event_text=text,
-                state=self.state.data,
-                out_of_space=key is None,
-            )
-            if key is not None and self.space.types[key.type].effects:
-                self.state = self.state.after(self.space.types[key.type], key)
-            return _Decided(action, tier, met)
-
-
-async def _agent_decide(
-    st: _Strategy, agent: Agent, i: int, ev: TraceEvent, stimulus: float
-) -> _Decided:
-    loop = asyncio.get_running_loop()
-    sc = st.scenario
-    event = Event(
-        str(i),
-        ev.type,
-        dict(ev.params),
-        arrived_at=loop.time(),
-        deadline=stimulus + sc.deadline_ms(ev) / 1e3,
-        state=ev.state,
-    )
-    state = agent.state if not ev.state else agent.state.patched(ev.state)
-    if st.clock is not None:
-        await asyncio.sleep(st.clock.select_cost())
-    c0 = time.perf_counter()
-    d = await agent.decide(event)
-    st.record(
-        i,
-        ev,
-        latency_s=d.decided_at - stimulus,
-        tier=d.tier.value,
-        action=d.action,
-        met=d.met,
-        context=state_context(sc.spec.description, state.to_json()),
-        event_text=d.key.describe() if d.key is not None else ev.describe(),
-        state=state.data,
-        nearest=d.nearest,
-        out_of_space=d.out_of_space,
-        cpu_ms=(time.perf_counter() - c0) * 1e3,
-        skipped=tuple(f"{tier}: {why}" for tier, why in d.skipped),
-        budget_ms=d.budget_s * 1e3,
-    )
-    return _Decided(d.action, d.tier.value, d.met)
-
-
 async def _episode(
     st: _Strategy,
     world: World,
@@ -434,15 +347,15 @@ async def _episode(
     if st.name == "live-naive":
         async with st.backend() as backend:
             await backend.prepare(schema)
-            naive = _Naive(st, backend, memo)
+            naive = NaiveDecider(st, backend, memo)
             await _Episode(sc, world, naive.decide, missed, episode, max_steps).run()
         return
     agent = Agent(sc.spec, backend=st.backend(), config=_strategy_config(st.name, planner))
     async with agent:
         st.run.models = agent.models()
 
-        async def decide(i: int, ev: TraceEvent, stimulus: float) -> _Decided:
-            return await _agent_decide(st, agent, i, ev, stimulus)
+        async def decide(i: int, ev: TraceEvent, stimulus: float) -> Decided:
+            return await agent_decide(st, agent, i, ev, stimulus)
 
         await _Episode(sc, world, decide, missed, episode, max_steps).run()
 

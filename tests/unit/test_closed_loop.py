@@ -15,7 +15,7 @@ import orjson
 import pytest
 import yaml
 
-from forethought._closed_loop_sim import refuse_open_loop_options
+from forethought._closed_loop_sim import open_loop_only, refuse_open_loop_options
 from forethought.models import ScriptedBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
@@ -386,3 +386,13 @@ def test_a_python_world_that_cannot_be_made_is_named(tmp_path: Path) -> None:
             scenario_world(scenario)()
         assert err.value.field.startswith("world.")
         assert needle in str(err.value)
+
+
+def test_open_loop_commands_refuse_a_closed_loop_scenario(tmp_path: Path) -> None:
+    world = {"episode_ms": 100, "reactions": []}
+    closed = load_scenario(scenario_file(tmp_path, world=world))
+    with pytest.raises(ConfigError) as err:
+        open_loop_only(closed, "--matrix")
+    assert err.value.field == "--matrix"
+    plain = load_scenario(scenario_file(tmp_path))
+    assert open_loop_only(plain, "--matrix") is plain

@@ -1,0 +1,112 @@
+"""How each strategy decides one event of a closed-loop episode.
+
+live-naive queues FIFO on one model and runs each verbose call to completion (its state
+follows the events' patches and effects, as in :mod:`._replay`); live, tree and hybrid ask the
+configured :class:`Agent`. Both record the event's line on the strategy's run and return what
+they decided; the episode loop (:mod:`._closed_loop`) decides what reaches the world, and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from forethought.models import ModelBackend
+from forethought.models._prompt import state_context
+from forethought.runtime import Agent, Event
+
+from ._replay import CallMemo, _naive_call, _Strategy
+from ._trace_event import TraceEvent
+
+__all__ = ["Decided", "NaiveDecider", "agent_decide"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A strategy's decision: the action, the tier that wrote it, and whether in time."""
+
+    action: dict[str, Any]
+    tier: str
+    met: bool
+
+
+class NaiveDecider:
+    """live-naive in closed loop: one model, FIFO, the verbose call run to completion."""
+
+    def __init__(self, st: _Strategy, backend: ModelBackend, memo: CallMemo) -> None:
+        self.st, self.backend, self.memo = st, backend, memo
+        spec = st.scenario.spec
+        self.schema = spec.action_schema()
+        self.default = self.schema.readable(self.schema.validate(spec.default_action))
+        self.state = spec.initial_state()
+        self.space = spec.event_space()
+        self.lock = asyncio.Lock()
+
+    async def decide(self, i: int, ev: TraceEvent, stimulus: float) -> Decided:
+        loop = asyncio.get_running_loop()
+        async with self.lock:
+            if ev.state:
+                self.state = self.state.patched(ev.state)
+            key = self.space.key(ev.type, ev.params)
+            text = key.describe() if key is not None else ev.describe()
+            spec = self.st.scenario.spec
+            context = state_context(spec.description, self.state.to_json())
+            g = await _naive_call(self.st, self.backend, self.memo, context, text, self.schema)
+            action = self.schema.readable(g.action) if g.action is not None else self.default
+            done = loop.time()
+            met = done <= stimulus + self.st.scenario.deadline_ms(ev) / 1e3 + 1e-9
+            tier = "live" if g.ok else "default"
+            self.st.record(
+                i,
+                ev,
+                latency_s=done - stimulus,
+                tier=tier,
+                action=action,
+                met=met,
+                context=context,
+                event_text=text,
+                state=self.state.data,
+                out_of_space=key is None,
+            )
+            if key is not None and self.space.types[key.type].effects:
+                self.state = self.state.after(self.space.types[key.type], key)
+            return Decided(action, tier, met)
+
+
+async def agent_decide(
+    st: _Strategy, agent: Agent, i: int, ev: TraceEvent, stimulus: float
+) -> Decided:
+    loop = asyncio.get_running_loop()
+    sc = st.scenario
+    event = Event(
+        str(i),
+        ev.type,
+        dict(ev.params),
+        arrived_at=loop.time(),
+        deadline=stimulus + sc.deadline_ms(ev) / 1e3,
+        state=ev.state,
+    )
+    state = agent.state if not ev.state else agent.state.patched(ev.state)
+    if st.clock is not None:
+        await asyncio.sleep(st.clock.select_cost())
+    c0 = time.perf_counter()
+    d = await agent.decide(event)
+    st.record(
+        i,
+        ev,
+        latency_s=d.decided_at - stimulus,
+        tier=d.tier.value,
+        action=d.action,
+        met=d.met,
+        context=state_context(sc.spec.description, state.to_json()),
+        event_text=d.key.describe() if d.key is not None else ev.describe(),
+        state=state.data,
+        nearest=d.nearest,
+        out_of_space=d.out_of_space,
+        cpu_ms=(time.perf_counter() - c0) * 1e3,
+        skipped=tuple(f"{tier}: {why}" for tier, why in d.skipped),
+        budget_ms=d.budget_s * 1e3,
+    )
+    return Decided(d.action, d.tier.value, d.met)
