@@ -176,9 +176,8 @@ class _Episode:
         return (self.loop.time() - self.t0) * 1e3
 
     def _spawn(self, coro: Any, name: str) -> None:
-        task = self.loop.create_task(coro, name=name)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        # Owned here: run() drops each as it finishes, aclose() cancels and awaits the rest.
+        self.tasks.add(self.loop.create_task(coro, name=name))
 
     def _fail(self, call: str, problem: str) -> None:
         if self.ep.error is None:
@@ -308,16 +307,23 @@ class _Episode:
                 done, _ = await asyncio.wait(
                     {ended, *self.tasks}, return_when=asyncio.FIRST_COMPLETED
                 )
+                self.tasks.difference_update(done)
                 for t in done:  # a decider's error (the model's) is not the world's: raise it
                     if t is not ended and not t.cancelled() and t.exception() is not None:
                         raise t.exception()  # type: ignore[misc]
         finally:
             self.ep.duration_ms = self.now_ms()
             ended.cancel()
-            pending = [ended, *self.tasks]
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(ended, return_exceptions=True)
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel the episode's tasks still running and wait for them."""
+        pending = list(self.tasks)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        self.tasks.clear()
 
 
 def _short(action: dict[str, Any]) -> str:

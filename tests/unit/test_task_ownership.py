@@ -169,7 +169,7 @@ def bare_tasks(path: Path, label: str) -> list[Bare]:
         if (
             isinstance(parent, ast.Call)
             and isinstance(parent.func, ast.Attribute)
-            and parent.func.attr == "append"
+            and parent.func.attr in ("append", "add")  # a list or a set of owned tasks
             and isinstance(parent.func.value, ast.Attribute)
             and isinstance(parent.func.value.value, ast.Name)
             and parent.func.value.value.id == "self"
