@@ -41,6 +41,7 @@ def ros2_bus(
     bus = Ros2Bus(
         ros2_map,
         default_action=spec.default_action,
+        type_defaults=spec.type_defaults(),
         node=node or "forethought",
         domain_id=int(domain),
         # neither: the local router, as rmw_zenoh's nodes

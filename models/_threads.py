@@ -54,11 +54,13 @@ def choose_threads(call: Callable[[float], object]) -> ThreadChoice:
     if threads <= 1:
         return ThreadChoice(threads, math.nan, math.nan)
     torch.set_num_threads(1)
-    call(math.inf)  # untimed: first-call costs are no thread count's
-    t0 = time.monotonic()
-    call(math.inf)
-    one = time.monotonic() - t0
-    torch.set_num_threads(threads)
+    try:
+        call(math.inf)  # untimed: first-call costs are no thread count's
+        t0 = time.monotonic()
+        call(math.inf)
+        one = time.monotonic() - t0
+    finally:  # a call that raises leaves torch as it found it
+        torch.set_num_threads(threads)
     t0 = time.monotonic()
     # Cut once slower than one thread by the margin: no need to see the end.
     with contextlib.suppress(DeadlinePassed):

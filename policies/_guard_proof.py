@@ -147,7 +147,9 @@ def _state_values(spec: SpecFields) -> dict[str, list[Any] | None]:
     values: dict[str, list[Any] | None] = {}
     for field, initial in spec.state.items():
         number = isinstance(initial, int | float) and not isinstance(initial, bool)
-        values[field] = None if number else [initial]
+        # A boolean can be patched to either value at run time (update_state, a trace's state).
+        either = [False, True] if isinstance(initial, bool) else [initial]
+        values[field] = None if number else either
     for t in spec.events:
         for field, value in t.effects.items():
             known = values.get(field)

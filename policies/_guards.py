@@ -459,6 +459,8 @@ def _forbid_one(sub: Mapping[str, Any], want: Any) -> dict[str, Any] | str | Non
     lo, hi = _bounds(sub)
     a, b = want.get("min", -math.inf), want.get("max", math.inf)
     out = dict(sub)
+    if b < lo or a > hi:  # the forbidden range lies outside the field's: nothing to narrow
+        return out
     if a <= lo and b >= hi:
         return None
     if a <= lo:  # the low end is forbidden: values must be above b

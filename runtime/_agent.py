@@ -235,6 +235,10 @@ class Agent:
                         self.schema.validate(self.spec.default_action)
                     ),
                     emit=self._on_stall,
+                    type_defaults={
+                        t: self.schema.readable(self.schema.validate(a))
+                        for t, a in self.spec.type_defaults().items()
+                    },
                     stall_s=w.stall_ms / 1e3,
                     guard_s=w.guard_ms / 1e3,
                     margin_s=margin,

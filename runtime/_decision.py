@@ -62,6 +62,9 @@ class Decision:
     """When the decision was made, on the wall clock."""
     guarded: tuple[tuple[str, str], ...] = ()
     """(tier, guard) for each answer a guard refused before this one was sent."""
+    by_watchdog: bool = False
+    """Sent by the stall watchdog while the loop was stalled (``on_stall``): already acted on,
+    so publishing it later is a report of what was sent, never a late action."""
 
     def payload(self) -> dict[str, Any]:
         """The actions-topic payload (``guarded`` only when a guard refused an answer)."""

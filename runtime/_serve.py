@@ -122,7 +122,13 @@ async def _handle(agent: Served, bus: EventBus, event: Event) -> None:
     # Nothing awaits between this check and the hand-over to the bus (each bus's publish
     # queues the message before its first await): a starved CPU can make any tier, the
     # default included, finish past the deadline, and such an action is never sent.
-    late = agent.freshness.at_send(event, decision.decided_at, asyncio.get_running_loop().time())
+    # The watchdog's default went out through on_stall before the deadline: the bus reports
+    # what was acted on.
+    late = (
+        None
+        if decision.by_watchdog
+        else agent.freshness.at_send(event, decision.decided_at, asyncio.get_running_loop().time())
+    )
     if late is not None:
         agent.rejected += 1
         await bus.reject(event, late)

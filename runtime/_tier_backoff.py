@@ -57,7 +57,8 @@ class TierBackoff:
         run = self._runs.get((tier, event_type, prompt_length_bucket(prompt_chars)))
         if run is None or run.failures < self._after:
             return None
-        wait = min(2 ** (run.failures - self._after), self._max_skips)
+        # The exponent is capped: a long run of failures must not grow an unbounded integer.
+        wait = min(2 ** min(run.failures - self._after, 30), self._max_skips)
         if run.skipped >= wait:
             run.skipped = 0
             return None  # this event retries the tier

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +85,7 @@ class StallWatchdog:
         *,
         default_action: dict[str, Any],
         emit: Callable[[Decision], None] | None,
+        type_defaults: Mapping[str, Mapping[str, Any]] | None = None,
         stall_s: float = 0.1,
         guard_s: float = 0.02,
         beat_s: float = 0.01,
@@ -96,6 +97,8 @@ class StallWatchdog:
         if guard_s < 0:
             raise ConfigError("watchdog.guard_ms", guard_s * 1e3, "must be 0 or more")
         self._default = dict(default_action)
+        # An event type's own safe action, where the spec gives one (the executor's rule).
+        self._type_defaults = {t: dict(a) for t, a in (type_defaults or {}).items()}
         self._emit = emit
         self._stall_s, self._guard_s = stall_s, guard_s
         self._beat_s, self._tick_s = beat_s, tick_s
@@ -193,10 +196,11 @@ class StallWatchdog:
         return Decision(
             event_id=event.id,
             tier=Tier.DEFAULT,
-            action=dict(self._default),
+            action=dict(self._type_defaults.get(event.type, self._default)),
             latency_s=now - event.arrived_at,
             budget_s=end - event.arrived_at,
             met=now <= end + 1e-9,
             skipped=(("loop", "stalled: the watchdog answered"),),
             decided_at=now,
+            by_watchdog=True,
         )

@@ -85,6 +85,8 @@ class Ros2Bus(SupportsAgentId, SupportsBusStats):
         ros2_map: the topics, the action topic and custom message types.
         default_action: what goes out when an action does not fit the action type (the spec's
             ``default_action``); checked to fit at construction.
+        type_defaults: an event type's own default (the spec's per-type ``default_action``),
+            sent instead for that type's events; each checked to fit at construction.
         node: the ROS 2 node name (also the health report's agent id).
         namespace: the node's namespace (``/`` by default).
         domain_id: ``ROS_DOMAIN_ID`` (0 by default).
@@ -101,6 +103,7 @@ class Ros2Bus(SupportsAgentId, SupportsBusStats):
         ros2_map: Ros2Map,
         *,
         default_action: Mapping[str, Any],
+        type_defaults: Mapping[str, Mapping[str, Any]] | None = None,
         node: str = "forethought",
         namespace: str = "/",
         domain_id: int = 0,
@@ -135,6 +138,10 @@ class Ros2Bus(SupportsAgentId, SupportsBusStats):
             domain_id, actions.topic, actions.type, self.types.rihs01(actions.type)
         )
         self._default_cdr = self._encode({"action": dict(default_action)}, "default_action")
+        self._type_default_cdr = {
+            t: self._encode({"action": dict(a)}, f"events[{t}].default_action")
+            for t, a in (type_defaults or {}).items()
+        }
         zenoh_config(connect=self._connect, listen=self._listen, security=self._security)
         self._pending: DropOldestQueue[Event] = DropOldestQueue(queue_size)
         self._state: dict[str, Any] = {}
@@ -330,7 +337,7 @@ class Ros2Bus(SupportsAgentId, SupportsBusStats):
         except Ros2TypeError as exc:
             self.stats.encode_failures += 1
             log.warning("%s: the action does not fit (%s): the default goes instead", event.id, exc)
-            cdr = self._default_cdr
+            cdr = self._type_default_cdr.get(event.type, self._default_cdr)
         self._sequence += 1
         attachment = Attachment(self._sequence, self._wall_ns(), self._gid).encode()
         try:

@@ -184,7 +184,13 @@ def map_message(topic: TopicMap, message: Mapping[str, Any], where: str) -> Mapp
     params = {name: get(path) for name, path in topic.params.items()}
     deadline = topic.deadline_ms
     if isinstance(deadline, str):
-        deadline = float(get(deadline))
+        raw = get(deadline)
+        try:
+            deadline = float(raw)
+        except (TypeError, ValueError):
+            raise InputError(
+                where, raw, f"{topic.deadline_ms}: a deadline in ms is a number"
+            ) from None
     return MappedMessage(kind, params, state, deadline, stamp)
 
 

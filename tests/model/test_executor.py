@@ -1,6 +1,6 @@
 """Executor tiers that run a tiny real model, charged by a fixed profile on virtual time.
 
-The rest of the executor's tests need no model: tests/unit/test_executor.py.
+The rest of the executor's tests need no model: tests/unit/test_executor_tiers.py.
 """
 
 from __future__ import annotations
