@@ -335,3 +335,16 @@ wants = st.one_of(
 @given(value=scalars, want=wants)
 def test_compiled_tests_agree_with_the_reference_matcher(value: Any, want: Any) -> None:
     assert compile_want(want)(value) is pattern_matches(value, want)
+
+
+@pytest.mark.parametrize("outside", [{"min": 2}, {"max": -1}])
+def test_a_forbidden_range_outside_the_fields_leaves_its_bounds(outside: dict[str, float]) -> None:
+    """Narrowing only narrows: a guard forbidding speeds the field cannot take anyway must not
+    replace its bounds (``maximum: 1`` became ``exclusiveMaximum: 2`` before)."""
+    guards = GuardSet([GuardRule(name="far", forbid=[{"speed": outside}])])
+    narrowed = guards.narrowed(SCHEMA, (0,))
+    assert narrowed is not None
+    speed = narrowed.portable()["properties"]["speed"]
+    assert (speed.get("minimum"), speed.get("maximum")) == (0, 1)
+    assert "exclusiveMaximum" not in speed
+    assert "exclusiveMinimum" not in speed

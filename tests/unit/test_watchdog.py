@@ -18,7 +18,7 @@ from robot_spec import robot_spec
 from forethought.models import ScriptedBackend
 from forethought.planner import PlannerConfig
 from forethought.policies import AgentSpec, ConfigError
-from forethought.runtime import Agent, AgentConfig, Decision, Tier
+from forethought.runtime import Agent, AgentConfig, Decision, InProcessBus, Tier
 from forethought.runtime._watchdog import StallWatchdog
 from forethought.testing import until_holds
 
@@ -114,3 +114,43 @@ async def test_no_stall_no_default() -> None:
 def test_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="stall_ms"):
         StallWatchdog(default_action={"a": "stop"}, emit=None, stall_s=0.005, beat_s=0.01)
+
+
+async def test_a_stalled_event_gets_its_types_own_default_and_the_bus_publishes_it() -> None:
+    """The watchdog answers with the event type's own default (as the executor would), and the
+    serve loop publishes what was acted on: the check at sending, which refuses a decision past
+    its deadline, does not refuse a default the watchdog sent in time during the stall."""
+    spec = robot_spec(
+        "stall-type-default",
+        events=[
+            {
+                "type": "obstacle",
+                "params": {"side": ["left", "right"]},
+                "deadline_ms": 300,
+                "default_action": {"a": "slow"},
+            }
+        ],
+    )
+    emitted: list[Decision] = []
+    backend = _backend()
+    bus = InProcessBus()
+    config = AgentConfig.defaults(
+        planner=PlannerConfig(enabled=False),
+        watchdog={"enabled": True, "stall_ms": 100, "guard_ms": 30},
+    )
+    agent = Agent(
+        AgentSpec.model_validate(spec), backend=backend, bus=bus, config=config,
+        on_stall=emitted.append,
+    )  # fmt: skip
+    async with bus, agent:
+        payload = {"id": "t1", "type": "obstacle", "params": {"side": "left"}}
+        task = asyncio.create_task(bus.send(payload), name="test.send")
+        await until_holds(lambda: "score" in backend.calls, 5, "the executor in its model call")
+        _stall(0.6)  # past the 300 ms deadline: the loop resumes after it
+        published = await task
+    assert len(emitted) == 1
+    assert emitted[0].action == {"a": "slow"}  # the type's own default, not the spec's "stop"
+    assert emitted[0].by_watchdog
+    assert published == emitted[0]
+    assert agent.freshness.stats.late == 0
+    assert bus.rejected == 0
