@@ -115,8 +115,8 @@ def _dominance(row: dict[str, Any]) -> str:
     return f"**fails: {text}**" if min(gap.values()) < -DOMINANCE_POINTS else text
 
 
-def render_matrix(data: dict[str, Any]) -> str:
-    """``docs/results/matrix.md``: every scenario under every profile."""
+def render_matrix(data: dict[str, Any], source: str = "docs/results/matrix.json") -> str:
+    """``docs/results/matrix.md``: every scenario under every profile (or a page like it)."""
     lines = [f"# {data['title']}", "", *_measured(data)]
     lines += [
         f"Each cell: {data['unit']}. The last column: `hybrid` minus the better of `tree` and "
@@ -159,10 +159,12 @@ def render_matrix(data: dict[str, Any]) -> str:
     if data.get("notes"):
         lines += [data["notes"], ""]
     closed = RESULTS / "closed_loop.json"
-    if closed.exists():
+    if source == "docs/results/matrix.json" and closed.exists():
         lines += render_closed_loop(json.loads(closed.read_text()))
-        return _generated("docs/results/matrix.json and closed_loop.json") + "\n".join(lines)
-    return _generated("docs/results/matrix.json") + "\n".join(lines)
+        return _generated(f"{source} and docs/results/closed_loop.json") + "
+".join(lines)
+    return _generated(source) + "
+".join(lines)
 
 
 def _pct(x: float | None) -> str:
@@ -376,7 +378,11 @@ def outputs() -> dict[Path, str]:
         if data.get("generator", "scripts/docs_pages.py") != "scripts/docs_pages.py":
             continue  # a benchmark that writes its own page
         matrix_shaped = path.stem in ("matrix", "held-out-matrix")
-        page = render_matrix(data) if matrix_shaped else render_page(data, path.stem)
+        page = (
+            render_matrix(data, f"docs/results/{path.name}")
+            if matrix_shaped
+            else render_page(data, path.stem)
+        )
         out[path.with_suffix(".md")] = page
     readme = README.read_text()
     head, _, rest = readme.partition(BEGIN)
