@@ -378,9 +378,7 @@ class Executor:
             context = state_context(self._description, state.to_json())
             text = self._describe(event, key)
             applies = self._guards.applicable(event.params, state) if self._guarded else ()
-            # Undeclared types share one record: types off the wire must not grow it unbounded.
-            named = event.type if event.type in self._space.types else "(undeclared)"
-            kind = (named, len(context) + len(text))
+            kind = (event.type, len(context) + len(text))
             action = await self._score(context, text, end, skipped, kind, applies)
             if action is not None and self._kept(action, applies, "score", skipped, guarded):
                 self._keep_answer(state, key, action)

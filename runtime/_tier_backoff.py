@@ -26,6 +26,9 @@ from forethought.models._prompt import prompt_length_bucket
 
 __all__ = ["TierBackoff"]
 
+_MAX_RUNS = 4096
+"""Runs kept at most: event types arrive off the wire, so the oldest run gives way."""
+
 
 @dataclass(slots=True)
 class _Run:
@@ -74,5 +77,9 @@ class TierBackoff:
         if answered:
             self._runs.pop(ident, None)
             return
-        run = self._runs.setdefault(ident, _Run())
+        run = self._runs.get(ident)
+        if run is None:
+            if len(self._runs) >= _MAX_RUNS:
+                del self._runs[next(iter(self._runs))]
+            run = self._runs[ident] = _Run()
         run.failures += 1

@@ -161,10 +161,8 @@ def render_matrix(data: dict[str, Any], source: str = "docs/results/matrix.json"
     closed = RESULTS / "closed_loop.json"
     if source == "docs/results/matrix.json" and closed.exists():
         lines += render_closed_loop(json.loads(closed.read_text()))
-        return _generated(f"{source} and docs/results/closed_loop.json") + "
-".join(lines)
-    return _generated(source) + "
-".join(lines)
+        return _generated(f"{source} and docs/results/closed_loop.json") + "\n".join(lines)
+    return _generated(source) + "\n".join(lines)
 
 
 def _pct(x: float | None) -> str:

@@ -114,3 +114,21 @@ def test_auto_revisits_a_method_whose_cold_measurement_misled() -> None:
     # again and won back.
     assert methods[-1] == "generate"
     assert measured["generate"] < measured["score"]
+
+
+def test_the_back_off_keeps_a_bounded_record_and_a_bounded_wait() -> None:
+    """Event types come off the wire: a stream of new ones must not grow the record without
+    bound, and a long run of failures must not grow the wait's exponent without bound."""
+    from forethought.runtime._tier_backoff import _MAX_RUNS, TierBackoff
+
+    backoff = TierBackoff(after=1, max_skips=4)
+    for i in range(_MAX_RUNS + 10):
+        backoff.outcome("live", f"type{i}", 100, answered=False)
+    assert len(backoff._runs) == _MAX_RUNS
+    assert backoff.skip("live", "type0", 100) is None  # the oldest gave way: no record, no skip
+    for _ in range(10_000):
+        backoff.outcome("live", "slow", 100, answered=False)
+    skips = 0
+    while backoff.skip("live", "slow", 100) is not None:
+        skips += 1
+    assert skips == 4  # capped at max_skips
