@@ -121,7 +121,7 @@ def test_every_docs_page_is_in_the_nav() -> None:
 
 
 def test_the_spec_page_example_loads_and_uses_every_field(tmp_path: Path) -> None:
-    (block,) = [b for b in _fenced(ROOT / "docs/spec.md", "yaml") if "name:" in b]
+    (block,) = [b for b in _fenced(ROOT / "docs/spec.md", "yaml") if "name: door-controller" in b]
     path = tmp_path / "door.yaml"
     path.write_text(block)
     scenario = load_scenario(path)

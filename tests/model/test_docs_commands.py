@@ -69,6 +69,19 @@ ELSEWHERE = {
     "code: test_the_getting_started_example_is_the_readmes checks they do not differ",
     "docs/guides/fleet.md#0": "tests/integration/test_fleet_example.py runs these commands "
     "(nats-server, a worker, two agents) on free ports",
+    "docs/guides/simulator.md#2": "tests/model/test_closed_loop_cli.py::test_the_documented_"
+    "command_plays_minigrid_under_every_strategy reads it from the page and runs it",
+    "docs/guides/simulator.md#3": "tests/unit/test_closed_loop.py::test_the_guides_world_in_"
+    "code_runs_as_written executes it from the page and plays its world",
+    "docs/guides/simulator.md#4": "the same calls on a scripted backend: tests/unit/"
+    "test_closed_loop.py::test_the_guides_world_in_code_runs_as_written (the model's load is "
+    "the README example's)",
+    "docs/guides/simulator.md#5": "tests/unit/test_closed_loop.py::test_the_guides_gym_world_"
+    "runs_as_written executes it from the page on MiniGrid",
+    "docs/guides/ros2.md#0": "tests/integration/test_ros2_guide.py::test_the_recording_"
+    "commands_run_as_written reads them from the page and runs them",
+    "docs/guides/ros2.md#1": "tests/integration/test_ros2_guide.py::test_the_live_command_"
+    "joins_a_ros2_graph runs it against a Zenoh router and a ROS 2 peer",
 }
 NOT_HERE = {
     "README.md#0": "scripts/main and scripts/test are whole jobs of their own (the main job, "
@@ -86,6 +99,10 @@ NOT_HERE = {
     "imports are checked by test_the_testing_guides_imports_exist",
 }
 SYNOPSIS = {"docs/guides/simulator.md#0": "sim"}
+NOT_HERE["docs/guides/ros2.md#2"] = (
+    "serves a ROS 2 graph until cancelled (no end of its own): the same Ros2Bus and Agent are "
+    "started against a router and a ROS 2 peer by tests/integration/test_ros2.py"
+)
 
 
 def test_every_block_is_run_here_or_marked() -> None:
@@ -106,6 +123,8 @@ RUN_HERE = {
     "docs/getting-started.md#4": "run + send on a broker",
     "docs/getting-started.md#5": "a replay",
     "docs/guides/simulator.md#1": "a replay",
+    "docs/guides/guards.md#0": "no model",
+    "docs/guides/guards.md#1": "no model",
 }
 
 
@@ -324,3 +343,26 @@ def test_run_and_send_as_written_on_a_broker(
         agent.communicate(timeout=60)
         reader.join(timeout=10)
     assert shutil.which("forethought", path=str(BIN)) is not None
+
+
+def _shown_matches(shown: list[str], printed: list[str]) -> bool:
+    """Whether ``printed`` is what a console block shows, a ``...`` line standing for any."""
+    if not shown:
+        return not printed
+    if shown[0] == "...":
+        return any(_shown_matches(shown[1:], printed[i:]) for i in range(len(printed) + 1))
+    return bool(printed) and printed[0] == shown[0] and _shown_matches(shown[1:], printed[1:])
+
+
+def test_the_guards_guide_shows_what_check_prints(checkout: Path) -> None:
+    """Both console blocks of docs/guides/guards.md: the lab-door scenario with the default the
+    page names (refused, with the guard, state and event), then as shipped (proved; the guard
+    that cannot be compiled named)."""
+    scenario = yaml.safe_load((ROOT / "sims" / "scenarios" / "lab-door.yaml").read_text())
+    scenario["default_action"] = {"door": "close", "speed": "slow"}
+    (checkout / "door.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+    for key in ("docs/guides/guards.md#0", "docs/guides/guards.md#1"):
+        for command, shown in _console(_block(key)):
+            done = _sh(command, checkout)
+            printed = done.stdout.splitlines()
+            assert _shown_matches(shown, printed), (command, done.stdout, done.stderr)
