@@ -186,8 +186,7 @@ def measure(rounds: int, events: int) -> dict[str, Any]:
         "commit": _commit(),
         "date": datetime.date.today().isoformat(),
         "machine": (
-            f"{m['cpu']}, {m['cores']} cores, load {m['loadavg_at_start']} at the start "
-            "(shared with other engineers' runs while measured)"
+            f"{m['cpu']}, {m['cores']} cores, load average {m['loadavg_at_start']} at the start"
         ),
         "profile": "none (real time, in process, no model)",
         "rounds": rounds,
@@ -213,10 +212,10 @@ def measure(rounds: int, events: int) -> dict[str, Any]:
         "notes": (
             "Differences are medians of per-round differences. CPU time is the deciding "
             "thread's (CLOCK_THREAD_CPUTIME_ID); the wall clock adds the time the thread was "
-            "not running. On this shared machine (load average well above its core count "
-            "while measured) the p99 of a decision of about 15 µs sits on the tail of "
-            "preemptions and collector pauses, and moves by tens of µs between runs with no "
-            "change at all: the A/A column is that noise, measured beside the rest. The "
+            "not running. The p99 of a decision of about 15 µs sits on the tail of "
+            "preemptions and collector pauses; on a loaded machine it moves by tens of µs "
+            "between runs with no change at all: the A/A column is that noise, measured "
+            "beside the rest (the machine's load is in its line above). The "
             "guard check alone is what guards add to each decision's own work. "
             "Per round, CPU p99 off / on (µs): "
             + "; ".join(

@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--interval-ms", type=float, default=50.0)
     parser.add_argument("--commit", required=True)
-    parser.add_argument("--machine", default="the project's shared 2-core CPU VM (loaded)")
+    parser.add_argument("--machine", default="the project's 2-core CPU VM")
     args = parser.parse_args(argv)
     runs = asyncio.run(_bench(args.rounds, args.count, args.interval_ms))
     ros2, plain = (
@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             "Median per-round ratio ROS 2 / Zenoh p50: "
             f"{statistics.median(ratio):.2f} (rounds: {', '.join(f'{x:.2f}' for x in ratio)}). "
             "The ROS 2 path adds CDR decoding and mapping on the agent and the SDK's Python "
-            "CDR encoding and decoding on the robot. The machine was shared with other "
-            "engineers' runs: absolute figures carry its load; the ratio is side by side."
+            "CDR encoding and decoding on the robot. Absolute figures carry the machine's "
+            "load (its line above); the ratio is side by side."
         ),
         "columns": ["path", "p50", "p99", "max", "met / sent"],
         "rows": [ros2, plain],
