@@ -573,6 +573,10 @@ class Agent:
             self._record(event, decision)
         return decision
 
+    def not_sent(self, decision: Decision) -> None:
+        """The serve loop did not send ``decision`` (late at sending): counted as missed."""
+        self._executor().not_sent(decision)
+
     def _record(self, event: Event, decision: Decision) -> None:
         assert self.recorder is not None
         rec = self.recorder

@@ -306,6 +306,13 @@ class Executor:
         self._remember(decision)
         return decision
 
+    def not_sent(self, d: Decision) -> None:
+        """``d`` was decided in time but not sent (past its deadline at sending): the counters
+        say it missed, so no report counts an unsent action as on time."""
+        if d.met:
+            self.stats.met -= 1
+            self.stats.missed += 1
+
     def _remember(self, d: Decision) -> None:
         cfg = self._config
         self._done[d.event_id] = d

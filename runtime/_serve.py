@@ -68,6 +68,10 @@ class Served(Protocol):
         """The decision for ``event``."""
         ...
 
+    def not_sent(self, decision: Decision) -> None:
+        """``decision`` was not sent (late at sending): its counters say it missed."""
+        ...
+
 
 log = logging.getLogger("forethought.serve")
 
@@ -131,6 +135,7 @@ async def _handle(agent: Served, bus: EventBus, event: Event) -> None:
     )
     if late is not None:
         agent.rejected += 1
+        agent.not_sent(decision)
         await bus.reject(event, late)
         return
     await bus.publish(event, decision)

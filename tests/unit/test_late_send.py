@@ -48,6 +48,8 @@ async def test_a_decision_past_its_deadline_is_reported_and_counted_not_sent() -
             await bus.send({"id": "s1", "type": "ping", "params": {"n": 1}, "deadline_ms": 100})
         assert agent.executor is not None
         assert agent.executor.stats.decisions == 1  # decided, then held back
+        assert agent.executor.stats.met == 0  # not sent: never counted on time
+        assert agent.executor.stats.missed == 1
         report = agent.health()
     assert agent.freshness.stats.late == 1
     assert report.counters.age.late == 1
@@ -86,3 +88,20 @@ def test_at_send_passes_up_to_the_deadline_and_refuses_after() -> None:
     assert why.startswith("late: not sent, 50.0 ms past its deadline at sending"), why
     assert "decided 150.0 ms after arrival, 100.0 ms before sending" in why
     assert freshness.stats.late == 1
+
+
+async def test_a_decision_made_in_time_but_not_sent_counts_as_missed() -> None:
+    """The executor counted a decision met when it made it; the serve loop then held it back
+    at sending. Its counters (the health report's) must not keep it as on time."""
+    bus = InProcessBus()
+    backend = ScriptedBackend(score_s=0.0, prefill_s=0.001, step_s=0.0001)
+    config = AgentConfig.defaults(planner=PlannerConfig(enabled=False))
+    async with bus, Agent(AgentSpec.from_data(SPEC), backend=backend, bus=bus, config=config) as a:
+        decision = await bus.send(
+            {"id": "s3", "type": "ping", "params": {"n": 1}, "deadline_ms": 5000}
+        )
+        assert decision.met
+        assert a.executor is not None
+        assert (a.executor.stats.met, a.executor.stats.missed) == (1, 0)
+        a.not_sent(decision)
+        assert (a.executor.stats.met, a.executor.stats.missed) == (0, 1)
