@@ -307,8 +307,10 @@ class Executor:
         return decision
 
     def not_sent(self, d: Decision) -> None:
-        """``d`` was decided in time but not sent (past its deadline at sending): the counters
-        say it missed, so no report counts an unsent action as on time."""
+        """Count ``d`` as missed: decided in time, it was not sent (late at sending).
+
+        So no report counts an unsent action as on time.
+        """
         if d.met:
             self.stats.met -= 1
             self.stats.missed += 1
