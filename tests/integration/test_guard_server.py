@@ -3,8 +3,8 @@
 The GBNF our server backend sends (:func:`action_gbnf`) for the guard-narrowed schema, given to
 our llama-server build with SmolLM2 sampling at temperature 1.5, a new seed each request: a
 model pushed to write anything the grammar allows. None of the ``SAMPLES`` actions is forbidden;
-the same sampling under the schema as written writes forbidden ones. (``SAMPLES`` is 300, not the
-in-process engines' 1,000: each sample is a whole server request.)
+the same sampling under the schema as written writes forbidden ones. (Each sample is a whole
+server request: 1,000 take about 4 min on two quiet cores.)
 Then the backend's own path: live generations through :class:`ServerBackend` under the
 narrowed schema.
 """
@@ -45,7 +45,7 @@ GUARDS = GuardSet(
         GuardRule(name="dark", forbid=[{"lights": True}]),
     ]
 )
-SAMPLES = 300
+SAMPLES = 1000
 PROMPT = "You drive a warehouse robot. Write the next action as JSON.\n"
 
 
