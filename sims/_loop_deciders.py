@@ -9,15 +9,14 @@ they decided; the episode loop (:mod:`._closed_loop`) decides what reaches the w
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from forethought.models import ModelBackend
 from forethought.models._prompt import state_context
-from forethought.runtime import Agent, Event
+from forethought.runtime import Agent
 
-from ._replay import CallMemo, _naive_call, _Strategy
+from ._replay import CallMemo, _naive_call, _Strategy, decide_and_record
 from ._trace_event import TraceEvent
 
 __all__ = ["Decided", "NaiveDecider", "agent_decide"]
@@ -78,35 +77,5 @@ class NaiveDecider:
 async def agent_decide(
     st: _Strategy, agent: Agent, i: int, ev: TraceEvent, stimulus: float
 ) -> Decided:
-    loop = asyncio.get_running_loop()
-    sc = st.scenario
-    event = Event(
-        str(i),
-        ev.type,
-        dict(ev.params),
-        arrived_at=loop.time(),
-        deadline=stimulus + sc.deadline_ms(ev) / 1e3,
-        state=ev.state,
-    )
-    state = agent.state if not ev.state else agent.state.patched(ev.state)
-    if st.clock is not None:
-        await asyncio.sleep(st.clock.select_cost())
-    c0 = time.perf_counter()
-    d = await agent.decide(event)
-    st.record(
-        i,
-        ev,
-        latency_s=d.decided_at - stimulus,
-        tier=d.tier.value,
-        action=d.action,
-        met=d.met,
-        context=state_context(sc.spec.description, state.to_json()),
-        event_text=d.key.describe() if d.key is not None else ev.describe(),
-        state=state.data,
-        nearest=d.nearest,
-        out_of_space=d.out_of_space,
-        cpu_ms=(time.perf_counter() - c0) * 1e3,
-        skipped=tuple(f"{tier}: {why}" for tier, why in d.skipped),
-        budget_ms=d.budget_s * 1e3,
-    )
+    d, _ = await decide_and_record(st, agent, i, ev, stimulus)
     return Decided(d.action, d.tier.value, d.met)

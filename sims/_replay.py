@@ -30,8 +30,8 @@ from forethought.models import DecodeOptions, Generation, LatencyProfile, LoopCl
 from forethought.models._clock import Pass
 from forethought.models._prompt import state_context
 from forethought.planner import PlannerConfig
-from forethought.policies import ActionForm, ActionSchema
-from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
+from forethought.policies import ActionForm, ActionSchema, WorldState
+from forethought.runtime import Agent, AgentConfig, Decision, Event, ExecutorConfig, Tier
 
 from ._call_log import LoggedClock
 from ._charged import ChargedClock
@@ -286,39 +286,8 @@ async def _agent_run(
         visited: set[str] = set()
 
         async def one(i: int, ev: TraceEvent, stimulus: float) -> None:
-            event = Event(
-                str(i),
-                ev.type,
-                dict(ev.params),
-                arrived_at=loop.time(),
-                deadline=stimulus + sc.deadline_ms(ev) / 1e3,
-                state=ev.state,
-            )
-            state = agent.state if not ev.state else agent.state.patched(ev.state)
-            if st.clock is not None:
-                # The executor's own work (tree selection) costs real time on a real loop.
-                await asyncio.sleep(st.clock.select_cost())
-            c0 = time.perf_counter()
-            d = await agent.decide(event)
-            cpu = (time.perf_counter() - c0) * 1e3
+            _, state = await decide_and_record(st, agent, i, ev, stimulus)
             visited.update(state.fingerprint_for(t) for t in types)
-            st.record(
-                i,
-                ev,
-                latency_s=d.decided_at - stimulus,
-                tier=d.tier.value,
-                action=d.action,
-                met=d.met,
-                context=state_context(sc.spec.description, state.to_json()),
-                event_text=d.key.describe() if d.key is not None else ev.describe(),
-                state=state.data,
-                nearest=d.nearest,
-                out_of_space=d.out_of_space,
-                cpu_ms=cpu,
-                skipped=tuple(f"{tier}: {why}" for tier, why in d.skipped),
-                budget_ms=d.budget_s * 1e3,
-                guarded=d.guarded,
-            )
             progress()
 
         async with asyncio.TaskGroup() as tg:
@@ -332,6 +301,54 @@ async def _agent_run(
         if agent.planner is not None:
             tree_hits = sum(r.tier == Tier.TREE.value for r in st.run.records)
             st.run.planner = _planner_figures(agent, visited, tree_hits, loop.time() - t0)
+
+
+async def decide_and_record(
+    st: _Strategy, agent: Agent, i: int, ev: TraceEvent, stimulus: float
+) -> tuple[Decision, WorldState]:
+    """Decide trace event ``i`` through ``agent`` and record it.
+
+    Returns the decision and the state it was decided in.
+
+    One path for the open-loop replay and the closed loop's agent strategies: the event's
+    absolute deadline from its stimulus, the tree selection's cost on a charged clock, the
+    record with everything the scoreboard reads.
+    """
+    loop = asyncio.get_running_loop()
+    sc = st.scenario
+    event = Event(
+        str(i),
+        ev.type,
+        dict(ev.params),
+        arrived_at=loop.time(),
+        deadline=stimulus + sc.deadline_ms(ev) / 1e3,
+        state=ev.state,
+    )
+    state = agent.state if not ev.state else agent.state.patched(ev.state)
+    if st.clock is not None:
+        # The executor's own work (tree selection) costs real time on a real loop.
+        await asyncio.sleep(st.clock.select_cost())
+    c0 = time.perf_counter()
+    d = await agent.decide(event)
+    cpu = (time.perf_counter() - c0) * 1e3
+    st.record(
+        i,
+        ev,
+        latency_s=d.decided_at - stimulus,
+        tier=d.tier.value,
+        action=d.action,
+        met=d.met,
+        context=state_context(sc.spec.description, state.to_json()),
+        event_text=d.key.describe() if d.key is not None else ev.describe(),
+        state=state.data,
+        nearest=d.nearest,
+        out_of_space=d.out_of_space,
+        cpu_ms=cpu,
+        skipped=tuple(f"{tier}: {why}" for tier, why in d.skipped),
+        budget_ms=d.budget_s * 1e3,
+        guarded=d.guarded,
+    )
+    return d, state
 
 
 def _planner_figures(
