@@ -358,60 +358,72 @@ def _virtual_elapse() -> Callable[[float], None]:
     return loop.advance
 
 
-async def test_branches_below_their_cost_are_not_planned() -> None:
-    # Deadlines of 2 s, and the live tiers seen to answer the tree's misses: planning
-    # displaces their work.
-    events = [{**e, "deadline_ms": 2000} for e in EVENTS]
-    space = EventSpace.from_specs(events)
-    schema = ActionSchema.from_json_schema(spec_data()["action"])
-    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
+def test_branches_below_their_cost_are_not_planned() -> None:
+    """On virtual time: the gaps between events are exact, and cost no wall time."""
 
-        def planner(weight: float, **kw: Any) -> Planner:
-            return make_planner(
-                backend,
-                space,
-                schema,
-                state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
-                description="d",
-                config=PlannerConfig(horizon=1, cost_weight=weight),
-                **kw,
-            )
+    async def run() -> None:
+        elapse = _virtual_elapse()
+        # Deadlines of 2 s, and the live tiers seen to answer the tree's misses: planning
+        # displaces their work.
+        events = [{**e, "deadline_ms": 2000} for e in EVENTS]
+        space = EventSpace.from_specs(events)
+        schema = ActionSchema.from_json_schema(spec_data()["action"])
+        async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
 
-        free, costly, no_live = planner(0.0), planner(1.0), planner(1.0, live_tiers=False)
-        assert costly.branch_cost() == 0.0  # the event rate is not known yet: plan freely
-        now = asyncio.get_running_loop().time()
-        for p in (free, costly, no_live):
-            for name in space.types:  # four misses of each type, all answered in time
-                for _ in range(4):
-                    p.live_record.observe(name, 100, True, now)
+            def planner(weight: float, **kw: Any) -> Planner:
+                return make_planner(
+                    backend,
+                    space,
+                    schema,
+                    state=WorldState({"zone": "aisle", "battery": 0.5}, abstraction=abstraction()),
+                    description="d",
+                    config=PlannerConfig(horizon=1, cost_weight=weight),
+                    **kw,
+                )
+
+            free, costly, no_live = planner(0.0), planner(1.0), planner(1.0, live_tiers=False)
+            assert costly.branch_cost() == 0.0  # the event rate is not known yet: plan freely
+            now = asyncio.get_running_loop().time()
+            for p in (free, costly, no_live):
+                for name in space.types:  # four misses of each type, all answered in time
+                    for _ in range(4):
+                        p.live_record.observe(name, 100, True, now)
+                p.observe(None)
+            elapse(0.2)  # two events 0.2 s apart: now the planner knows the rate
+            for p in (free, costly, no_live):
+                p.observe(None)
+            assert costly.branch_cost() > 0.1
+            assert free.branch_cost() == 0.0
+            assert no_live.branch_cost() == 0.0  # no live tier: planning displaces nothing
+            kept = {(b.key, round(b.value, 9)) for b in costly.candidates()}
+            assert kept < {(b.key, round(b.value, 9)) for b in free.candidates()}
+            assert all(v >= costly.branch_cost() for _, v in kept)
+            assert costly.stats.below_cost > 0
+
+    run_virtual(run())
+
+
+def test_before_the_live_tiers_answer_anything_planning_costs_nothing() -> None:
+    """On virtual time: the gaps between events are exact, and cost no wall time."""
+
+    async def run() -> None:
+        elapse = _virtual_elapse()
+        # Deadlines of 2 s: one live call (prefill + 8 steps of 20 ms) fits on paper. That is not
+        # an answer: until the live tiers are seen to answer the tree's misses, the planner plans
+        # as if they answered none (an unfinished live call loses its event; an unneeded branch
+        # only costs idle time).
+        space = EventSpace.from_specs([{**e, "deadline_ms": 2000} for e in EVENTS])
+        schema = ActionSchema.from_json_schema(spec_data()["action"])
+        async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
+            p = make_planner(backend, space, schema, config=PlannerConfig(horizon=1))
             p.observe(None)
-        await asyncio.sleep(0.2)  # two events 0.2 s apart: now the planner knows the rate
-        for p in (free, costly, no_live):
+            elapse(0.05)
             p.observe(None)
-        assert costly.branch_cost() > 0.1
-        assert free.branch_cost() == 0.0
-        assert no_live.branch_cost() == 0.0  # no live tier: planning displaces nothing
-        kept = {(b.key, round(b.value, 9)) for b in costly.candidates()}
-        assert kept < {(b.key, round(b.value, 9)) for b in free.candidates()}
-        assert all(v >= costly.branch_cost() for _, v in kept)
-        assert costly.stats.below_cost > 0
+            assert p.seconds_per_branch()["generate"] / 0.05 > 1  # it would "cost" events...
+            assert p.live_success() == dict.fromkeys(space.types, 0.0)
+            assert p.branch_cost() == 0.0  # ...but none answered yet: none is displaced
 
-
-async def test_before_the_live_tiers_answer_anything_planning_costs_nothing() -> None:
-    # Deadlines of 2 s: one live call (prefill + 8 steps of 20 ms) fits on paper. That is not
-    # an answer: until the live tiers are seen to answer the tree's misses, the planner plans
-    # as if they answered none (an unfinished live call loses its event; an unneeded branch
-    # only costs idle time).
-    space = EventSpace.from_specs([{**e, "deadline_ms": 2000} for e in EVENTS])
-    schema = ActionSchema.from_json_schema(spec_data()["action"])
-    async with ScriptedBackend(step_s=0.02, prefill_per_token_s=0.002) as backend:
-        p = make_planner(backend, space, schema, config=PlannerConfig(horizon=1))
-        p.observe(None)
-        await asyncio.sleep(0.05)
-        p.observe(None)
-        assert p.seconds_per_branch()["generate"] / 0.05 > 1  # it would "cost" events...
-        assert p.live_success() == dict.fromkeys(space.types, 0.0)
-        assert p.branch_cost() == 0.0  # ...but none answered yet: none is displaced
+    run_virtual(run())
 
 
 def test_the_cost_follows_what_the_live_tiers_achieved_per_type_with_decay() -> None:
