@@ -23,7 +23,7 @@ import numpy as np
 
 from ._cost import Cost
 
-__all__ = ["LatencyModel", "LatencyPredictor", "LatencyProfile", "Prediction"]
+__all__ = ["LatencyHistory", "LatencyModel", "LatencyPredictor", "LatencyProfile", "Prediction"]
 
 _WINDOW = 256
 _FIT_POINTS = 64
@@ -136,6 +136,10 @@ class _Law:
     def count(self) -> int:
         return len(self._samples)
 
+    @property
+    def history(self) -> tuple[tuple[float, float], ...]:
+        return tuple(self._samples)
+
 
 def _theil_sen(
     xs: np.ndarray, ys: np.ndarray, prior: tuple[float, float, float, float]
@@ -159,6 +163,21 @@ def _theil_sen(
     else:
         r50, r95 = 1.0, max(prior[3], float(ratios.max()))
     return intercept, slope, r50, r95
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyHistory:
+    """What a latency model has seen, in order: enough to give another the same fit.
+
+    ``prefills`` are (new tokens, seconds), ``steps`` (rows, seconds) and ``actions`` the decode
+    passes each completed action needed. A warm-up's history is what a later load on the same
+    machine replays instead of running the warm-up's calls again
+    (:class:`~forethought.models._warm_record.WarmRecord`).
+    """
+
+    prefills: tuple[tuple[int, float], ...] = ()
+    steps: tuple[tuple[int, float], ...] = ()
+    actions: tuple[int, ...] = ()
 
 
 class LatencyModel:
@@ -228,6 +247,24 @@ class LatencyModel:
         """How many prefill and step passes the fits have seen."""
         with self._lock:
             return self._prefill.count, self._step.count
+
+    def history(self) -> LatencyHistory:
+        """The passes the fits hold now (the recent window), and the actions' pass counts."""
+        with self._lock:
+            return LatencyHistory(
+                prefills=tuple((int(x), y) for x, y in self._prefill.history),
+                steps=tuple((int(x) + 1, y) for x, y in self._step.history),
+                actions=tuple(self._steps_per_action),
+            )
+
+    def replay(self, history: LatencyHistory) -> None:
+        """Observe ``history``'s passes and actions, in order, as if they ran now."""
+        for tokens, seconds in history.prefills:
+            self.observe_prefill(tokens, seconds)
+        for rows, seconds in history.steps:
+            self.observe_step(rows, seconds)
+        for steps in history.actions:
+            self.observe_action(steps)
 
     def adopt(self, profile: LatencyProfile, typical_steps: int | None = None) -> None:
         """Take over another model's fit (the model in a worker process reports its own)."""

@@ -39,6 +39,8 @@ class ThreadChoice:
     threads: int
     all_threads_s: float
     one_thread_s: float
+    kept_all: bool = True
+    """False when one thread was kept because it was clearly faster (a busy machine)."""
 
 
 def choose_threads(call: Callable[[float], object]) -> ThreadChoice:
@@ -77,5 +79,5 @@ def choose_threads(call: Callable[[float], object]) -> ThreadChoice:
             many,
             threads,
         )
-        return ThreadChoice(1, many, one)
+        return ThreadChoice(1, many, one, kept_all=False)
     return ThreadChoice(threads, many, one)

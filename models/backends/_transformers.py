@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -38,6 +40,7 @@ from .._model_load import LoadedModel, load_model
 from .._model_source import DEFAULT_MODEL, resolve_model
 from .._prompt import Prompt, PromptEncoder
 from .._threads import ThreadChoice, choose_threads
+from .._warm_record import WarmRecord, machine_key, still_as_fast
 from .._worker import ModelWorker
 from ..grammar._bounds import bounded_schema, max_output_chars
 from ..grammar._engines import make_engine
@@ -46,6 +49,7 @@ from ..grammar._protocol import ENGINES, GrammarEngine
 __all__ = ["TransformersBackend"]
 
 _T = TypeVar("_T")
+_log = logging.getLogger("forethought.model")
 
 
 class TransformersBackend:
@@ -145,12 +149,45 @@ class TransformersBackend:
             )
             self._engine = make_engine(self._grammar_name, loaded.tokenizer, _vocab(loaded))
             self._prompts = PromptEncoder(loaded.tokenizer)
+            if warm_up and self._latency.observed == 0 and self._replay_warm_up(loaded):
+                return self.loaded
             if loaded.device == "cpu":
                 self.threads = choose_threads(lambda deadline: _small_call(loaded, deadline))
             self._adopt(loaded)
             if warm_up:
+                fresh = self._latency.observed == 0
                 self.warm_up()
+                if fresh and (self.threads is None or self.threads.kept_all):
+                    self._keep_warm_up(loaded)
         return self.loaded
+
+    def _replay_warm_up(self, loaded: LoadedModel) -> bool:
+        """Seed the latency model from this machine's last warm-up, if it is still as fast.
+
+        See :mod:`forethought.models._warm_record`: one check call instead of the thread
+        choice's and the warm-up's. False (nothing changed) when there is no record for this
+        machine, model and thread count, or the check call was too slow for it.
+        """
+        record = WarmRecord.under(self._cache_dir)
+        kept = record.read(machine_key(loaded))
+        if kept is None:
+            return False
+        history, check_s = kept
+        if not still_as_fast(lambda deadline: _small_call(loaded, deadline), check_s):
+            _log.info("slower than the last warm-up here: measuring the model again")
+            return False
+        self._adopt(loaded)
+        self._latency.replay(history)
+        return True
+
+    def _keep_warm_up(self, loaded: LoadedModel) -> None:
+        """Keep the warm-up just run, with a check call's time, for the next load here."""
+        start = time.monotonic()
+        _small_call(loaded, math.inf)
+        check_s = time.monotonic() - start
+        WarmRecord.under(self._cache_dir).write(
+            machine_key(loaded), self._latency.history(), check_s
+        )
 
     def _adopt(self, loaded: LoadedModel) -> None:
         tok = loaded.tokenizer

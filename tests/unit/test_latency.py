@@ -67,3 +67,24 @@ def test_thread_safe_updates() -> None:
         t.join()
     assert model.samples[1] == 256  # the window keeps the most recent passes
     assert model.step(1).p50 == pytest.approx(0.05, rel=0.01)
+
+
+def test_a_replayed_history_gives_the_same_fit() -> None:
+    rng = random.Random(3)
+    seen = LatencyModel()
+    for _ in range(40):
+        n = rng.randrange(8, 256)
+        seen.observe_prefill(n, 0.03 + 0.0008 * n * rng.uniform(0.9, 1.2))
+        rows = rng.choice((1, 4, 16))
+        seen.observe_step(rows, 0.045 + 0.002 * (rows - 1) * rng.uniform(0.9, 1.2))
+        seen.observe_action(rng.randrange(2, 9))
+    history = seen.history()
+    assert len(history.prefills) == 40 and len(history.steps) == 40
+    again = LatencyModel()
+    again.replay(history)
+    assert again.history() == history
+    assert again.profile() == seen.profile()
+    assert again.typical_steps() == seen.typical_steps()
+    for n, rows in ((16, 1), (200, 16)):
+        assert again.call(n, 5, rows) == seen.call(n, 5, rows)
+    assert again.observed == seen.observed == 80
