@@ -71,6 +71,12 @@ class LatencyProfile:
     cost instead of :attr:`idle_cost` (the longest such time that has passed counts). A pause
     of a second costs more than one of a tenth, and a replay's calls come after its events'
     own gaps."""
+    first_call_factor: Cost = field(default_factory=Cost)
+    """How many times its charge each forward pass of a fresh backend's first call takes, as
+    a distribution of ratios (not seconds), instead of any idle cost: a new decoder and prefix
+    cache, and the machine's caches cold after the model sat idle (a replay's first call,
+    which the latency model then learns from). Empty: it pays what any call after the same
+    idle time pays."""
 
     @classmethod
     def from_figures(cls, *, step_ms: float, prefill_us_per_token: float) -> LatencyProfile:

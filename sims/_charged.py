@@ -15,7 +15,9 @@ reading the output) as the call starts on the worker, and each decode pass's (th
 per row, the argmax, the next pass's tensors) with that pass. A call that starts after the
 model sat idle longer than the profile's ``idle_after_s`` pays its ``idle_cost`` on top (caches
 and threads gone cold: its first passes are slower), so a model that waits between events pays
-what a real one does.
+what a real one does. The replay's very first call that runs has its passes scaled by the
+profile's ``first_call_factor`` instead, where it has one (a fresh backend's one-off costs on
+a machine that sat idle before the replay, spread over its passes as on a real machine).
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class ChargedClock:
         # call refused before any pass wakes nothing, so it pays none and the model stays idle.
         self._cold_s = 0.0
         self._ran = False
+        self._fresh = True  # no call has run yet: the first pays the first call's factor
+        self._factor = 1.0  # the call under way's passes take this many times their charge
 
     def now(self) -> float:
         """The loop's virtual time."""
@@ -130,6 +134,8 @@ class ChargedClock:
 
     def _idle_draw(self) -> float:
         p = self._profile
+        if self._fresh and p.first_call_factor.quantiles:
+            return 0.0  # the first call's factor stands for its idle time
         idle = self._loop.time() - self._last_end
         if not p.idle_cost.quantiles or idle <= p.idle_after_s:
             return 0.0
@@ -155,7 +161,7 @@ class ChargedClock:
         if self._log is not None:
             self._log.append(shape)
         cold, self._cold_s, self._ran = self._counted(self._cold_s), 0.0, True
-        seconds = self.charge(shape)
+        seconds = self.charge(shape) * self._factor
         extra = self.overhead(shape) + cold
         self.charged_s += seconds + extra
         self.overhead_s += extra
@@ -184,11 +190,14 @@ class ChargedClock:
         draws them.
         """
         total = self.call_cost() + self.idle_cost()
+        first = self._profile.first_call_factor
+        factor = first.at(self._rng.random()) if self._fresh and first.quantiles else 1.0
+        self._fresh = False
         self.charged_s += total
         self.overhead_s += total
         await asyncio.sleep(total)
         for shape in passes:
-            seconds = self.charge(shape)
+            seconds = self.charge(shape) * factor
             extra = self.overhead(shape)
             self.charged_s += seconds + extra
             self.overhead_s += extra
@@ -210,6 +219,9 @@ class ChargedClock:
         """
         seconds = self.call_cost()
         self._cold_s, self._ran = self._idle_draw(), False
+        first = self._profile.first_call_factor
+        if self._fresh and first.quantiles:
+            self._factor = first.at(self._rng.random())
         self.charged_s += seconds
         self.overhead_s += seconds
         if seconds > 0:
@@ -219,5 +231,6 @@ class ChargedClock:
         """The call is over: the model is idle from now (if it ran); virtual time moves on."""
         if self._ran:
             self._last_end = self._loop.time()
-        self._cold_s, self._ran = 0.0, False
+            self._fresh = False
+        self._cold_s, self._ran, self._factor = 0.0, False, 1.0
         self._loop.release()

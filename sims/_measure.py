@@ -23,6 +23,10 @@ shape is run and dropped: a first pass pays one-off set-up a replay never pays a
   (:attr:`LatencyProfile.idle_cost`), from the shortest idle time that costs measurably
   (:attr:`LatencyProfile.idle_after_s`), and after each longer one up to the scenario's own
   gap between events (:attr:`LatencyProfile.longer_idle`);
+* **a fresh backend's first call** -- a replay's first call (``prepare``'s calibration, on the
+  fresh backend each strategy gets, after the model sat idle) against the same call at once:
+  its forward passes' ratio (:attr:`LatencyProfile.first_call_factor`), which the latency model
+  learns from before the first event;
 * **tree selection** -- the executor deciding events from a filled tree, from the moment the
   event is handed over to the decision (:attr:`LatencyProfile.select_cost`).
 
@@ -61,6 +65,7 @@ __all__ = ["measure_profile"]
 _T = TypeVar("_T")
 _BATCH = 16  # the planner's batch size (PlannerConfig.batch_size's default)
 _IDLE_GAPS = (0.0, 0.02, 0.1, 0.3, 1.0)  # idle seconds before a call; 0: back to back
+_FIRST_IDLE_S = 1.0  # idle seconds before a fresh backend's first call
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +170,32 @@ async def _measure_calls(
                     context, events[:1], schema, deadline=math.inf, max_new_tokens=48
                 )
                 out.idle.append((gap, loop.time() - t0))
+    return out
+
+
+async def _measure_first_calls(
+    backend: TransformersBackend, log: _PassLog, schema: ActionSchema, rounds: int
+) -> list[float]:
+    """How much slower a fresh backend's first call's forward passes are, after a second's idle.
+
+    A replay gives each strategy a fresh backend, started after the model sat idle (the
+    measurement before it, the strategy before), and its first call is ``prepare``'s
+    calibration. Per round: a fresh one after ``_FIRST_IDLE_S``, its first ``prepare``, then the
+    same call again at once; the ratio of the first's forward passes to the second's. The first
+    call's passes are what the latency model learns from before any event (its own work
+    aside: it runs before the first event).
+    """
+    out = []
+    for _ in range(max(rounds, 3)):
+        twin = backend.sharing(clock=log)
+        await asyncio.sleep(_FIRST_IDLE_S)
+        async with twin:
+            forward = []
+            for _ in range(2):
+                log.passes.clear()
+                await twin.prepare(schema)
+                forward.append(sum(p.end - p.start for p in log.passes))
+        out.append(forward[0] / max(forward[1], 1e-9))
     return out
 
 
@@ -400,6 +431,7 @@ def measure_profile(
     base = statistics.median(one) if one else 0.0
     per_row = [(g - base) / (rows - 1) for rows, g in samples.pass_gaps if rows > 1]
     idle_after, idle_cost, longer_idle = _idle(samples.idle, gaps)
+    first = asyncio.run(_measure_first_calls(backend, log, spec.action_schema(), rounds))
     return replace(
         profile,
         call_cost=Cost.measured(samples.call),
@@ -409,4 +441,5 @@ def measure_profile(
         idle_cost=idle_cost,
         idle_after_s=idle_after,
         longer_idle=longer_idle,
+        first_call_factor=Cost.measured(first),
     )

@@ -110,8 +110,16 @@ def profile_figures(profile: LatencyProfile) -> dict[str, float]:
     }
     # Only a finite threshold is a figure (none: idle time costs nothing on this profile).
     after = {} if math.isinf(profile.idle_after_s) else {"idle_after_ms": profile.idle_after_s}
+    # A ratio, not a cost; only a measured profile has one (the shipped ones' figures stay).
+    first = profile.first_call_factor
+    factor = (
+        {"first_call_p50_x": round(first.p50, 3), "first_call_p95_x": round(first.p95, 3)}
+        if first.quantiles
+        else {}
+    )
     return {
         **{k: round(v * 1e3, 4) for k, v in after.items()},
+        **factor,
         "step_ms": round(profile.step_base_s * 1e3, 4),
         "step_per_row_ms": round(profile.step_per_row_s * 1e3, 4),
         "prefill_ms": round(profile.prefill_base_s * 1e3, 4),

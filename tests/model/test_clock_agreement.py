@@ -105,6 +105,9 @@ def test_the_profile_measured_here_carries_every_cost(
         assert cost.p95 >= cost.p50 > 0.0
     assert profile.step_base_s > 0.0
     assert profile.prefill_per_token_s >= 0.0
+    factor = profile.first_call_factor  # ratios of a fresh backend's first call to the next
+    assert len(factor.quantiles) == 21
+    assert factor.p95 >= factor.p50 > 0.0
 
 
 @pytest.mark.model
@@ -205,6 +208,30 @@ def test_the_charged_clock_charges_idle_time_exactly_when_the_model_was_idle() -
     assert plain == pytest.approx([0.03, 0.03, 0.03])
     assert charged == pytest.approx([0.03, 0.03, 0.08])
     assert (none, once, seconds) == (0, 1, pytest.approx(0.05))
+
+
+def test_only_the_first_call_that_runs_takes_the_first_call_factor() -> None:
+    """A fresh backend's first call: its passes take 1.5x their charge, and no idle cost;
+    the calls after it are charged as before (the idle cost after 0.5 s idle included)."""
+    shapes = [Pass(PassKind.PREFILL, 10), Pass(PassKind.STEP, 1)]
+    idle = {"idle_cost": Cost.fixed(0.05), "idle_after_s": 0.2}
+    base = LatencyProfile(0.01, 0.0, 0.02, 0.0, spread95=1.0, **idle)
+    first = LatencyProfile(
+        0.01, 0.0, 0.02, 0.0, spread95=1.0, first_call_factor=Cost.fixed(1.5), **idle
+    )
+
+    async def calls(profile: LatencyProfile) -> list[float]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        clock = ChargedClock(loop, profile)
+        took = []
+        for pause in (1.0, 0.0, 0.5):
+            loop.advance(pause)  # virtual time: nothing else is scheduled in between
+            took.append(await clock.replay(shapes))
+        return took
+
+    assert run_virtual(calls(base)) == pytest.approx([0.08, 0.03, 0.08])
+    assert run_virtual(calls(first)) == pytest.approx([0.045, 0.03, 0.08])
 
 
 def test_a_longer_idle_time_is_charged_its_own_cost() -> None:
