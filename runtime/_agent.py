@@ -563,15 +563,20 @@ class Agent:
                 else parse_payload(event, max_bytes=self.config.mqtt.max_payload_bytes)
             )
             event = Event.from_payload(payload, arrival=Arrival.now(), in_process=True)
-        if executor.known(event.id):
-            return await executor.decide(event, self._state)
+        earlier = executor.earlier(event.id)  # the one id check, for the executor too
+        if earlier is not None:
+            return await asyncio.shield(earlier)
         if event.state:
             self.update_state(event.state)
-        decision = await executor.decide(event, self._state)
+        decision = await executor.decide_new(event, self._state)
         self._after(decision)
         if self.recorder is not None:
             self._record(event, decision)
         return decision
+
+    def refused(self) -> None:
+        """The serve loop refused an event (reported on the bus, not decided): counted."""
+        self.rejected += 1
 
     def not_sent(self, decision: Decision) -> None:
         """The serve loop did not send ``decision`` (late at sending): counted as missed."""

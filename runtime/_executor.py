@@ -56,6 +56,8 @@ __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
 log = logging.getLogger("forethought.executor")
 _PROBE_S = 60.0  # a latency probe's deadline: long enough to finish even on a slow moment
 _R = TypeVar("_R")
+_Answer = tuple[dict[str, Any], BaseModel]
+"""A model tier's answer: the readable action, and the model the validator of record made."""
 
 
 class ExecutorConfig(BaseModel):
@@ -262,27 +264,50 @@ class Executor:
     def _forget_old(self) -> None:
         self._seen.forget_old(asyncio.get_running_loop().time())
 
+    def earlier(self, event_id: str) -> asyncio.Future[Decision] | None:
+        """The decision already made or being made for ``event_id``; None for a new id.
+
+        The one duplicate check of the event path (the agent asks it before applying the
+        event's state patch; :meth:`decide` for direct callers). A repeat is counted. A repeat
+        whose decision is no longer kept (but whose id is still remembered) raises
+        :class:`InvalidEvent`: it is never decided a second time.
+        """
+        done = self._done.get(event_id)
+        if done is not None:
+            self.stats.duplicates += 1
+            kept: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+            kept.set_result(done)
+            return kept
+        pending = self._inflight.get(event_id)
+        if pending is not None:
+            self.stats.duplicates += 1
+            return pending
+        self._forget_old()
+        if event_id in self._seen:
+            self.stats.duplicates += 1
+            raise InvalidEvent("id", event_id, "already decided (that decision is no longer kept)")
+        return None
+
     async def decide(self, event: Event, state: WorldState) -> Decision:
         """The decision for ``event`` in ``state``; a repeated id gets the first decision again.
 
         A repeat whose decision is no longer kept (but whose id is still remembered) raises
         :class:`InvalidEvent`: it is never decided a second time.
         """
-        done = self._done.get(event.id)
-        if done is not None:
-            self.stats.duplicates += 1
-            return done
-        pending = self._inflight.get(event.id)
-        if pending is not None:
-            self.stats.duplicates += 1
-            return await asyncio.shield(pending)
-        self._forget_old()
-        if event.id in self._seen:
-            self.stats.duplicates += 1
-            raise InvalidEvent("id", event.id, "already decided (that decision is no longer kept)")
+        earlier = self.earlier(event.id)
+        if earlier is not None:
+            return await asyncio.shield(earlier)
+        return await self.decide_new(event, state)
+
+    async def decide_new(self, event: Event, state: WorldState) -> Decision:
+        """:meth:`decide` for an id :meth:`earlier` has just found new (no await between).
+
+        The event's deadline is read as resolved where it entered (the serve loop's
+        :meth:`arrived`); an event handed in without one (a direct caller) gets it here.
+        """
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         self._inflight[event.id] = future
-        arrived = self.arrived(event)
+        arrived = event if event.deadline is not None else self.arrived(event)
         watchdog = self._watchdog
         if watchdog is not None:
             watchdog.watch(arrived)
@@ -388,14 +413,14 @@ class Executor:
             text = self._describe(event, key)
             applies = self._guards.applicable(event.params, state) if self._guarded else ()
             kind = (event.type, len(context) + len(text))
-            action = await self._score(context, text, end, skipped, kind, applies)
-            if action is not None and self._kept(action, applies, "score", skipped, guarded):
-                self._keep_answer(state, key, action)
-                return finish(Tier.SCORE, action)
-            action = await self._live(context, text, end, skipped, kind, applies)
-            if action is not None and self._kept(action, applies, "live", skipped, guarded):
-                self._keep_answer(state, key, action)
-                return finish(Tier.LIVE, action)
+            answer = await self._score(context, text, end, skipped, kind, applies)
+            if answer is not None and self._kept(answer[0], applies, "score", skipped, guarded):
+                self._keep_answer(state, key, answer)
+                return finish(Tier.SCORE, answer[0])
+            answer = await self._live(context, text, end, skipped, kind, applies)
+            if answer is not None and self._kept(answer[0], applies, "live", skipped, guarded):
+                self._keep_answer(state, key, answer)
+                return finish(Tier.LIVE, answer[0])
         else:
             skipped.append(("model", "no backend"))
         return finish(Tier.DEFAULT, self._default_for(event, state))
@@ -437,7 +462,7 @@ class Executor:
         skipped.append((tier, f"refused by guard {guard}"))
         guarded.append((tier, guard))
 
-    def _keep_answer(self, state: WorldState, key: EventKey | None, action: dict[str, Any]) -> None:
+    def _keep_answer(self, state: WorldState, key: EventKey | None, answer: _Answer) -> None:
         """Keep a score or live answer as the tree's branch for its exact (state, key).
 
         The answer is the model's for the very prompt the planner would write that branch
@@ -446,7 +471,8 @@ class Executor:
         its urgent calls can keep the planner from ever writing that key (hybrid would then
         answer fewer events than the tree alone). Only with the tree tier on (the ``live``
         strategy stays a pure live caller), only for in-space keys, never over a branch
-        already there (a planned one stands).
+        already there (a planned one stands). The answer was validated once, by
+        :meth:`_validated`: the tree is told so and does not validate it again.
         """
         if not self._config.use_tree or not self._config.keep_answers or key is None:
             return
@@ -456,13 +482,14 @@ class Executor:
         assert self._backend is not None
         spec = self._space.types[key.type]
         after = state.after(spec, key) if spec.effects else state
+        action, model = answer
         try:
             self._tree.insert(
                 PolicyNode(
                     fingerprint=fp,
                     key=key,
                     action=action,
-                    compact=self._schema.compact(self._schema.validate(action)),
+                    compact=self._schema.compact(model),
                     # It was asked for: as likely as anything the planner ranks.
                     probability=1.0,
                     model_id=self._backend.model_id,
@@ -471,7 +498,8 @@ class Executor:
                     created_at=asyncio.get_running_loop().time(),
                     next_fingerprint=after.fingerprint if after != state else None,
                     origin="answered",
-                )
+                ),
+                checked_by=self._schema.validate,
             )
         except ForethoughtError as exc:  # the tree's check refused it: keep nothing
             log.warning("answer not kept in the tree: %s", exc)
@@ -621,7 +649,7 @@ class Executor:
         skipped: list[tuple[str, str]],
         kind: tuple[str, int],
         applies: tuple[int, ...] = (),
-    ) -> Any:
+    ) -> _Answer | None:
         backend, cands = self._backend, self._candidates
         assert backend is not None
         if not self._config.use_score or cands is None:
@@ -664,7 +692,7 @@ class Executor:
         skipped: list[tuple[str, str]],
         kind: tuple[str, int],
         applies: tuple[int, ...] = (),
-    ) -> Any:
+    ) -> _Answer | None:
         backend = self._backend
         assert backend is not None
         if not self._config.use_live:
@@ -739,16 +767,17 @@ class Executor:
         skipped: list[tuple[str, str]],
         tier: str,
         written_with: ActionSchema | None = None,
-    ) -> dict[str, Any] | None:
-        """The readable action when the validator of record accepts it, else None.
+    ) -> _Answer | None:
+        """The readable action and its model when the validator of record accepts it, else None.
 
-        ``written_with``: the (narrowed) schema the action was generated under.
+        The one validation of a model tier's answer on its way out (the tree, keeping it as a
+        branch, is told so). ``written_with``: the (narrowed) schema it was generated under.
         """
         readable = (written_with or self._schema).readable(action)
         try:
-            self._schema.validate(readable)
+            model = self._schema.validate(readable)
         except ForethoughtError:
             self.stats.invalid += 1
             skipped.append((tier, "invalid action"))
             return None
-        return readable
+        return readable, model

@@ -123,6 +123,11 @@ class Freshness:
                 return Verdict(replace(event, default_only=True))
         return Verdict(event)
 
+    def superseded(self, event: Event, *, by: Event) -> str:
+        """Count ``event`` refused for ``by``, a newer one of its ``latest_only`` type; why."""
+        self.stats.superseded += 1
+        return f"superseded: a newer {event.type!r} event ({by.id}) is decided instead"
+
     def at_send(self, event: Event, decided_at: float, now: float) -> str | None:
         """Why a decision made at ``decided_at`` for ``event`` must not be sent at ``now``.
 

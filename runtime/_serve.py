@@ -2,17 +2,19 @@
 
 One event's walk, each step in one place::
 
-    bus.events()       an Event with its arrival time and age (transports/_mqtt, _age)
-    Backlog.take()     the next one; newest first for latest_only types (runtime/_backlog)
+    bus's queue        an Event with its arrival time and age (transports/_mqtt, _age), in the
+                       bus's bounded queue: the only queue between the transport and the executor
+    Backlog.take()     the next one, chosen in that queue; newest first for latest_only types
     agent.arrive()     its absolute deadline, resolved once, from when it was sent
     Freshness.judge()  expired, unknown-age and from-the-future ones are refused here
-    agent.decide()     state patch, executor (tree, score, live, default), effects, planner
-    Freshness.at_send() the deadline again, at the last moment: a decision past it is not sent
+    agent.decide()     its id checked once, state patch, executor (tree, score, live, default),
+                       effects, planner; an action leaves the executor validated, once
+    Freshness.at_send() the deadline read again, at the last moment: a decision past it is not sent
     bus.publish()      the decision (or bus.reject() with why it was not decided)
 
 At most ``max_concurrent`` events are being decided at once. Past that the loop stops taking
-events from the bus, so the bus's bounded queue fills: the queue is the back-pressure (an
-MQTT QoS 1 event then waits at the broker; others push out the oldest, counted where they go).
+events from the bus's queue, so it fills: the queue is the back-pressure (an MQTT QoS 1 event
+then waits at the broker; others push out the oldest, counted where they go).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from forethought.policies import InputError
 
 from ._backlog import Backlog
+from .transports._bus import QueuedBus
 
 if TYPE_CHECKING:
     from forethought.policies._events import EventSpace
@@ -42,8 +45,9 @@ class Served(Protocol):
     A protocol, so the loop does not import the agent that runs it.
     """
 
-    rejected: int
-    """Events refused before deciding (the loop counts its refusals here)."""
+    def refused(self) -> None:
+        """An event was refused, not decided (reported on the bus): count it."""
+        ...
 
     @property
     def latest_only(self) -> frozenset[str]:
@@ -82,13 +86,16 @@ async def serve(
     """Decide every event ``bus`` yields, in tasks of ``tg``; runs until cancelled."""
     slots = asyncio.Semaphore(max_concurrent)
     loop = asyncio.get_running_loop()
-    backlog = Backlog(agent.latest_only, capacity=max_concurrent)
-    tg.create_task(backlog.fill(bus.events()), name="forethought.backlog")
+    if isinstance(bus, QueuedBus):  # every runtime bus: chosen in its queue, no copy task
+        backlog = Backlog(agent.latest_only, queue=bus.waiting)
+    else:
+        backlog = Backlog(agent.latest_only, capacity=max_concurrent)
+        tg.create_task(backlog.fill(bus.events()), name="forethought.backlog")
 
     def refuse(event: Event, reason: str) -> None:
         # In a task holding a slot, as a decision does: a backlog of stale events is refused
         # at the rate the bus can report, not one broker round trip after another.
-        agent.rejected += 1
+        agent.refused()
         task = tg.create_task(bus.reject(event, reason), name=f"forethought.refuse[{event.id}]")
         task.add_done_callback(lambda _: slots.release())
 
@@ -96,10 +103,7 @@ async def serve(
         await slots.acquire()  # a slot first: the freshest event is chosen when one is free
         incoming, superseded = await backlog.take()
         for old in superseded:
-            agent.freshness.stats.superseded += 1
-            refuse(
-                old, f"superseded: a newer {old.type!r} event ({incoming.id}) is decided instead"
-            )
+            refuse(old, agent.freshness.superseded(old, by=incoming))
             await slots.acquire()  # its slot went to the refusal: one for ``incoming``
         verdict = agent.freshness.judge(agent.arrive(incoming), loop.time())
         if verdict.refusal is not None:
@@ -114,7 +118,7 @@ async def _handle(agent: Served, bus: EventBus, event: Event) -> None:
     try:
         decision = await agent.decide(event)
     except InputError as exc:
-        agent.rejected += 1
+        agent.refused()
         await bus.reject(event, str(exc)[:300])
         return
     except Exception as exc:
@@ -134,7 +138,7 @@ async def _handle(agent: Served, bus: EventBus, event: Event) -> None:
         else agent.freshness.at_send(event, decision.decided_at, asyncio.get_running_loop().time())
     )
     if late is not None:
-        agent.rejected += 1
+        agent.refused()
         agent.not_sent(decision)
         await bus.reject(event, late)
         return

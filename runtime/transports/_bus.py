@@ -18,7 +18,7 @@ from .._decision import Decision
 from .._event import Arrival, Event, EventPayload, parse_payload
 from ._drop_oldest import DropOldestQueue
 
-__all__ = ["BusStats", "EventBus", "InProcessBus"]
+__all__ = ["BusStats", "EventBus", "InProcessBus", "QueuedBus"]
 
 
 @dataclass(slots=True)
@@ -70,6 +70,22 @@ class EventBus(Protocol):
         ...
 
 
+@runtime_checkable
+class QueuedBus(Protocol):
+    """A bus whose waiting events the serve loop may take from its bounded queue directly.
+
+    Every runtime bus is one: the serve loop then chooses the next event (newest first for a
+    ``latest_only`` type) in the bus's own queue, so one bounded queue lies between a
+    transport and the executor, and no task copies events from one queue to another. A bus
+    that is not one is read through :meth:`EventBus.events` (into a queue of the loop's own).
+    """
+
+    @property
+    def waiting(self) -> DropOldestQueue[Event]:
+        """The bus's bounded queue of events waiting to be decided (once the bus is entered)."""
+        ...
+
+
 class InProcessBus:
     """A bus inside one process: :meth:`send` an event, get its decision back.
 
@@ -89,6 +105,13 @@ class InProcessBus:
     def dropped(self) -> int:
         """Events pushed out of the full queue (their senders got InvalidEvent)."""
         return 0 if self._queue is None else self._queue.dropped
+
+    @property
+    def waiting(self) -> DropOldestQueue[Event]:
+        """The events waiting to be decided (the serve loop takes from it)."""
+        if self._queue is None:
+            raise NotStarted("InProcessBus")
+        return self._queue
 
     async def __aenter__(self) -> Self:
         self._queue = DropOldestQueue(self._max)

@@ -6,14 +6,17 @@ pushed out goes back to the caller (each bus reports it its own way) and is coun
 producer that may not drop (MQTT's QoS 1 events, which the broker holds for us) waits for room
 instead.
 
-One consumer takes from it (the agent's serve loop, through the bus's ``events()``), on the
-event loop's thread: nothing here is thread-safe, and nothing needs to be.
+One consumer takes from it, on the event loop's thread: the agent's serve loop, which reads a
+runtime bus's queue directly (its backlog, ``runtime/_backlog.py``, picks the next event
+here, so an event waits in this one bounded queue between the transport and the executor), or
+whoever reads the bus's ``events()``. Nothing here is thread-safe, and nothing needs to be.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 __all__ = ["DropOldestQueue"]
@@ -62,10 +65,31 @@ class DropOldestQueue(Generic[T]):
             self._room.clear()
             await self._room.wait()
 
-    async def get(self) -> T:
-        """The oldest item, waiting for one if none is there."""
+    async def wait(self) -> None:
+        """Return once an item is waiting (at once if one is)."""
         while not self._items:
             self._arrived.clear()
             await self._arrived.wait()
+
+    def peek(self) -> T:
+        """The oldest item, left in place (IndexError when empty)."""
+        return self._items[0]
+
+    def take(self) -> T:
+        """The oldest item, taken now (IndexError when empty)."""
+        item = self._items.popleft()
         self._room.set()
-        return self._items.popleft()
+        return item
+
+    def take_all(self, wanted: Callable[[T], bool]) -> list[T]:
+        """Take every waiting item ``wanted`` accepts, oldest first; the rest keep their order."""
+        taken = [item for item in self._items if wanted(item)]
+        if taken:
+            self._items = deque(item for item in self._items if not wanted(item))
+            self._room.set()
+        return taken
+
+    async def get(self) -> T:
+        """The oldest item, waiting for one if none is there."""
+        await self.wait()
+        return self.take()

@@ -549,6 +549,11 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
             self.stats.dropped_full = self._pending.dropped  # the queue counts; stats mirror it
             self._report_soon(dropped, "queue full: dropped as the oldest waiting event", None)
 
+    @property
+    def waiting(self) -> DropOldestQueue[Event]:
+        """The events waiting to be decided (the serve loop takes from it: :class:`QueuedBus`)."""
+        return self._pending
+
     async def events(self) -> AsyncIterator[Event]:
         """Validated events, oldest first."""
         while True:

@@ -309,6 +309,11 @@ class Ros2Bus(SupportsAgentId, SupportsBusStats):
             self.stats.dropped_full = self._pending.dropped
             log.warning("queue full: dropped %s, the oldest waiting event", dropped.id)
 
+    @property
+    def waiting(self) -> DropOldestQueue[Event]:
+        """The events waiting to be decided (the serve loop takes from it: :class:`QueuedBus`)."""
+        return self._pending
+
     async def events(self) -> AsyncIterator[Event]:
         """Validated events, oldest first."""
         while True:

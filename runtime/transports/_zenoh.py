@@ -317,6 +317,11 @@ class ZenohBus(SupportsAgentId, SupportsStatus, SupportsBusStats):
             self._report(dropped, "queue full: dropped as the oldest waiting event", None)
             self._answer_error(dropped.id, "queue full: dropped")
 
+    @property
+    def waiting(self) -> DropOldestQueue[Event]:
+        """The events waiting to be decided (the serve loop takes from it: :class:`QueuedBus`)."""
+        return self._pending
+
     async def events(self) -> AsyncIterator[Event]:
         """Validated events, oldest first."""
         while True:
