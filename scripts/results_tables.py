@@ -106,6 +106,8 @@ def budget_sweep() -> str:
     ]
     if data is None:
         return "\n".join(lines)
+    if data.get("stale"):
+        lines += ['!!! warning "Stale"', f"    {data['stale']}", ""]
     lines += [
         _provenance(data, "budget-sweep.json"),
         "",
