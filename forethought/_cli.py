@@ -464,7 +464,7 @@ def _sim(args: argparse.Namespace) -> None:
 
 def _profiles(text: str) -> list[str]:
     """``--profile``'s profiles, each checked before anything loads (names or figures)."""
-    from forethought.sims._profiles import validate_profiles  # noqa: PLC0415
+    from forethought.sims.internals import validate_profiles  # noqa: PLC0415
 
     return validate_profiles(text)
 
@@ -559,7 +559,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
             return run_tree(args.file, state=args.state, snapshot=args.snapshot, out=sys.stdout)
         elif args.command == "schema":
-            from forethought.sims._file_schema import spec_file_schema  # noqa: PLC0415
+            from forethought.sims.internals import spec_file_schema  # noqa: PLC0415
 
             print(orjson.dumps(spec_file_schema(), option=orjson.OPT_INDENT_2).decode())
     except ForethoughtError as exc:

@@ -33,8 +33,7 @@ from forethought.runtime import (
     stamp_event,
     zenoh_config,
 )
-from forethought.runtime.transports._mqtt import payload_bytes
-from forethought.runtime.transports._mqtt_security import parse_broker_url
+from forethought.runtime.internals import parse_broker_url, payload_bytes
 from forethought.sims import load_spec
 
 from ._start_display import StartDisplay

@@ -16,10 +16,15 @@ from typing import Any, TextIO
 
 import orjson
 
-from forethought.policies import AgentSpec, ConfigError, SnapshotError, WorldState
-from forethought.policies._spec import load_document
-from forethought.policies._spec_check import StateValues
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import (
+    AgentSpec,
+    ConfigError,
+    PolicyNode,
+    PolicyTree,
+    SnapshotError,
+    WorldState,
+)
+from forethought.policies.internals import StateValues, load_document
 
 __all__ = ["run_tree"]
 

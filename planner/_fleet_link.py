@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from forethought.policies._events import EventKey
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode
+from forethought.policies import EventKey, PolicyNode, WorldState
 
 if TYPE_CHECKING:
     from ._branch import Branch

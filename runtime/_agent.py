@@ -21,14 +21,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from forethought.models import ModelBackend
-from forethought.models._gate import ModelGate
-from forethought.planner._forecaster import Forecaster
-from forethought.planner._planner import Planner
-from forethought.policies import AgentSpec, ConfigError, ForethoughtError, NotStarted, SnapshotError
-from forethought.policies._events import EventKey
-from forethought.policies._spec_check import StateValues
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.models.internals import ModelGate
+from forethought.planner.internals import Forecaster, Planner
+from forethought.policies import (
+    AgentSpec,
+    ConfigError,
+    EventKey,
+    ForethoughtError,
+    NotStarted,
+    PolicyNode,
+    PolicyTree,
+    SnapshotError,
+    WorldState,
+)
+from forethought.policies.internals import StateValues
 
 from ._backend_choice import backend_for
 from ._capabilities import (

@@ -21,7 +21,7 @@ from pydantic_settings import (
 from forethought.models import DEFAULT_MODEL
 from forethought.planner import PlannerConfig
 from forethought.policies import ConfigError
-from forethought.policies._errors import first_problem
+from forethought.policies.internals import first_problem
 
 from ._executor import ExecutorConfig
 from ._fleet_config import FleetConfig

@@ -26,7 +26,7 @@ from forethought.policies import InputError
 from ._backlog import Backlog
 
 if TYPE_CHECKING:
-    from forethought.policies._events import EventSpace
+    from forethought.policies import EventSpace
 
     from ._decision import Decision
     from ._event import Event

@@ -27,14 +27,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from forethought.models import LatencyModel, LatencyProfile
-from forethought.models._gate import ModelGate
+from forethought.models.internals import ModelGate
 from forethought.planner import PlannerConfig
-from forethought.planner._forecaster import Forecaster
-from forethought.planner._planner import Planner
-from forethought.policies import ConfigError
-from forethought.policies._events import EventKey
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.planner.internals import Forecaster, Planner
+from forethought.policies import ConfigError, EventKey, PolicyNode, PolicyTree, WorldState
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
 
 from ._charged import ChargedClock
@@ -44,7 +40,7 @@ from ._vloop import VirtualTimeLoop, run_virtual
 
 if TYPE_CHECKING:
     from forethought.models import TransformersBackend
-    from forethought.planner._branch import Branch
+    from forethought.planner.internals import Branch
 
 __all__ = ["SITE_FIELD", "FleetRun", "FleetStates", "RobotRun", "fleet_replay"]
 
