@@ -34,9 +34,7 @@ import nats
 
 from forethought.models import ScriptedBackend
 from forethought.planner import PlannerConfig
-from forethought.policies import AgentSpec
-from forethought.policies._events import EventKey
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import AgentSpec, EventKey, PolicyNode, PolicyTree
 from forethought.runtime import Agent, AgentConfig, FleetConfig, Tier
 from forethought.runtime._fleet_record import BranchRecord, prompt_hash
 from forethought.runtime._fleet_tree import FleetTree

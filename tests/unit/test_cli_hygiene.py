@@ -17,8 +17,7 @@ from forethought._cli import main
 from forethought._progress import Bars
 from forethought._tree_command import run_tree
 from forethought.policies import ConfigError
-from forethought.sims import shipped_scenarios
-from forethought.sims._records import StrategyRun
+from forethought.sims import StrategyRun, shipped_scenarios
 
 SPEC = {
     "name": "door",

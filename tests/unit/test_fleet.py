@@ -17,10 +17,7 @@ from forethought.models._gate import ModelGate
 from forethought.planner._branch import Branch
 from forethought.planner._forecaster import Forecaster
 from forethought.planner._planner import Planner
-from forethought.policies import ConfigError
-from forethought.policies._events import EventKey
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import ConfigError, EventKey, PolicyNode, PolicyTree, WorldState
 from forethought.runtime import AgentConfig, FleetConfig, fleet_permissions
 from forethought.runtime._fleet_config import parse_fleet_urls
 from forethought.runtime._fleet_record import BranchRecord, branch_key, decode_key

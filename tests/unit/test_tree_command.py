@@ -10,8 +10,7 @@ import yaml
 
 from forethought._cli import main
 from forethought._tree_command import run_tree
-from forethought.policies import AgentSpec, ConfigError
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import AgentSpec, ConfigError, PolicyNode, PolicyTree
 
 SPEC = {
     "name": "door",
