@@ -24,7 +24,6 @@ from ._config import (
 from ._decision import Decision, Tier
 from ._event import Event, EventPayload
 from ._executor import ExecutorConfig
-from ._fleet_config import FleetConfig, fleet_permissions
 from ._freshness import EventsConfig
 from ._health import HealthConfig
 from ._health_report import (
@@ -41,6 +40,7 @@ from ._health_report import (
 )
 from ._recorder import McapRecorder
 from ._start_steps import StartSteps
+from .fleet import FleetConfig, fleet_permissions
 from .transports import (
     ActionMap,
     EventBus,

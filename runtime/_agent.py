@@ -47,7 +47,6 @@ from ._config import AgentConfig
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
-from ._fleet_record import prompt_hash
 from ._freshness import Freshness
 from ._health import health_report
 from ._health_report import HealthReport
@@ -56,11 +55,12 @@ from ._recorder import McapRecorder
 from ._serve import serve
 from ._start_steps import NoSteps, StartSteps
 from ._watchdog import StallWatchdog
+from .fleet._record import prompt_hash
 from .transports._bus import EventBus
 
 if TYPE_CHECKING:
     # nats-py is the `fleet` extra: imported when a fleet URL is configured (in __aenter__).
-    from ._fleet_tree import FleetTree
+    from .fleet._tree import FleetTree
 
 __all__ = ["Agent"]
 
@@ -265,7 +265,7 @@ class Agent:
                 type_defaults=self.spec.type_defaults(),
             )
             if cfg.fleet.url is not None:
-                from ._fleet_tree import FleetTree  # noqa: PLC0415 - needs the fleet extra
+                from .fleet._tree import FleetTree  # noqa: PLC0415 - needs the fleet extra
 
                 self.fleet = await stack.enter_async_context(
                     FleetTree(

@@ -17,8 +17,8 @@ import typing as _typing
 if _typing.TYPE_CHECKING:
     from ._backend_choice import backend_for
     from ._executor import Executor
-    from ._fleet_worker import FleetWorker
     from ._recorder import read_mcap_json
+    from .fleet._worker import FleetWorker
     from .transports._mqtt import parse_mqtt_url, payload_bytes
     from .transports._mqtt_security import parse_broker_url
 
@@ -35,7 +35,7 @@ __all__ = [
 # Name -> the private module that defines it (relative to this package).
 _WHERE = {
     "Executor": "._executor",
-    "FleetWorker": "._fleet_worker",
+    "FleetWorker": ".fleet._worker",
     "backend_for": "._backend_choice",
     "parse_broker_url": ".transports._mqtt_security",
     "parse_mqtt_url": ".transports._mqtt",

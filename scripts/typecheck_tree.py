@@ -15,6 +15,7 @@ MAPPING = {
     "bench": "forethought/bench",
     "testing": "forethought/testing",
     "runtime": "runtime",
+    "runtime/fleet": "runtime/fleet",
     "runtime/transports": "runtime/transports",
     "models": "models",
     "models/backends": "models/backends",

@@ -13,6 +13,9 @@ With ``states="disjoint"`` the robots' states never overlap: robot ``i`` works a
 own (its state carries ``site: i``), so no branch planned for one robot serves another. That is
 where sharing stops paying: the one planner's work grows with N instead of being shared by N.
 
+A simulation, so it lives in the simulator layer, not in the fleet's room
+(``forethought.runtime.fleet``): it shares the planner, not the NATS tree.
+
 Reported per robot and for the fleet: events answered in time by the tree and correct in time
 (a default is never a hit), the planner's waste (branches no robot ever used over branches
 written), and planning time per robot (the shared planner's charged model time over N).

@@ -15,7 +15,7 @@ from forethought.models import ScriptedBackend
 from forethought.planner import PlannerConfig
 from forethought.policies import EventKey, PolicyNode
 from forethought.runtime import Agent, AgentConfig, FleetConfig, fleet_permissions
-from forethought.runtime._fleet_record import BranchRecord, prompt_hash
+from forethought.runtime.fleet._record import BranchRecord, prompt_hash
 from forethought.testing import NatsCluster, NatsUser
 
 pytestmark = pytest.mark.fleet

@@ -44,9 +44,9 @@ from forethought.policies import (
     WorldState,
 )
 
-from ._fleet_config import FleetConfig
-from ._fleet_record import BranchRecord, branch_key, prompt_hash
-from ._fleet_tree import NATS_ERRORS, FleetTree, describe
+from ._config import FleetConfig
+from ._record import BranchRecord, branch_key, prompt_hash
+from ._tree import NATS_ERRORS, FleetTree, describe
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext

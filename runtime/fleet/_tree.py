@@ -35,8 +35,8 @@ from nats.js.kv import KeyValue
 
 from forethought.policies import EventKey, ForethoughtError, PolicyNode, PolicyTree, WorldState
 
-from ._fleet_config import FleetConfig
-from ._fleet_record import BranchRecord, decode_key
+from ._config import FleetConfig
+from ._record import BranchRecord, decode_key
 
 if TYPE_CHECKING:
     from forethought.planner.internals import Branch
