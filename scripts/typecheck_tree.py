@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAPPING = {
     "": "forethought",
     "bench": "forethought/bench",
+    "commands": "forethought/commands",
     "testing": "forethought/testing",
     "runtime": "runtime",
     "runtime/fleet": "runtime/fleet",

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from extras import needs
 
-from forethought._check import check_file
+from forethought.commands._check import check_file
 from forethought.policies import AgentSpec, ConfigError, check_spec
 from forethought.policies._spec import load_document
 from forethought.policies._spec_check import StateValues

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from forethought._cli import main
-from forethought._tree_command import run_tree
+from forethought.commands._tree import run_tree
 from forethought.policies import AgentSpec, ConfigError, PolicyNode, PolicyTree
 
 SPEC = {

@@ -10,13 +10,13 @@ from typing import Any
 
 import orjson
 
-from forethought._closed_loop_sim import (
+from forethought._progress import Bars
+from forethought.commands._sim_closed_loop import (
     open_loop_only,
     refuse_open_loop_options,
     run_closed_loop,
 )
-from forethought._progress import Bars
-from forethought._side_by_side import first_events
+from forethought.commands._sim_side_by_side import first_events
 from forethought.models import (
     LatencyProfile,
     ManagedServerBackend,

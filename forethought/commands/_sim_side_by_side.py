@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from forethought._closed_loop_sim import open_loop_only
 from forethought._progress import Bars
+from forethought.commands._sim_closed_loop import open_loop_only
 from forethought.models import LatencyProfile, TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
