@@ -1,9 +1,10 @@
-"""The CLI layer's internals, for the other layers of this package: not a stable API.
+"""The CLI layer's internals, for the benches and the test kit: not a stable API.
 
-The one door through which another layer (or the test kit, or the benches) reaches a name this
-layer keeps out of its public ``__init__``: a collaborator, not something a user should build
-on. Its names may change without notice; the import contract "A layer's private modules are
-its own" (pyproject.toml) keeps every other layer to this module and the ``__init__``.
+The one door through which the benches (``forethought.bench``) or the test kit reach a name the
+CLI layer (the top of ``forethought``, with its commands) keeps out of its public ``__init__``:
+a collaborator, not something a user should build on. Its names may change without notice;
+the import contract "A layer's private modules are its own" (pyproject.toml) keeps every other
+room to this module and the ``__init__``.
 
 A name is imported from its module on first use, so importing this door loads nothing more
 than the names asked for.
