@@ -34,13 +34,11 @@ import nats
 
 from forethought.models import ScriptedBackend
 from forethought.planner import PlannerConfig
-from forethought.policies import AgentSpec
-from forethought.policies._events import EventKey
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import AgentSpec, EventKey, PolicyNode, PolicyTree
 from forethought.runtime import Agent, AgentConfig, FleetConfig, Tier
-from forethought.runtime._fleet_record import BranchRecord, prompt_hash
-from forethought.runtime._fleet_tree import FleetTree
-from forethought.runtime._fleet_worker import ensure_fleet
+from forethought.runtime.fleet._record import BranchRecord, prompt_hash
+from forethought.runtime.fleet._tree import FleetTree
+from forethought.runtime.fleet._worker import ensure_fleet
 from forethought.testing import NatsCluster, nats_server_path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,7 @@
-"""The ``forethought`` command line.
+"""The ``forethought`` command line: its parser, and the dispatch to each subcommand.
+
+The subcommands live in :mod:`forethought.commands`, one module each, imported when their
+subcommand runs.
 
 Errors Forethought raises on purpose print one line (``error: ...``) and exit 2: a user of the
 CLI never sees a traceback for bad input.
@@ -355,7 +358,8 @@ def _tls(args: argparse.Namespace, prefix: str = "mqtt") -> dict[str, Any]:
 
 def _send(args: argparse.Namespace) -> dict[str, Any]:
     """``forethought send``: one event to a running agent, over MQTT or Zenoh; its decision."""
-    from forethought._commands import send_event, settings_with  # noqa: PLC0415
+    from forethought.commands._run import settings_with  # noqa: PLC0415
+    from forethought.commands._send import send_event  # noqa: PLC0415
     from forethought.runtime import AgentConfig  # noqa: PLC0415
 
     try:
@@ -375,7 +379,7 @@ def _send(args: argparse.Namespace) -> dict[str, Any]:
         "wait_s": args.wait,
     }
     if args.zenoh:
-        from forethought._commands import send_event_zenoh  # noqa: PLC0415
+        from forethought.commands._send import send_event_zenoh  # noqa: PLC0415
 
         security = settings_with(cfg.zenoh, _tls(args, "zenoh")).security()
         reply = asyncio.run(send_event_zenoh(connect=args.zenoh, security=security, **common))
@@ -388,7 +392,7 @@ def _send(args: argparse.Namespace) -> dict[str, Any]:
 def _sim(args: argparse.Namespace) -> None:
     """``forethought sim``: the matrix, several profiles side by side, or one replay."""
     if args.matrix:
-        from forethought._sim import run_matrix  # noqa: PLC0415 - loads torch
+        from forethought.commands._sim import run_matrix  # noqa: PLC0415 - loads torch
 
         run_matrix(
             scenarios=[args.scenario] if args.scenario else None,
@@ -400,7 +404,7 @@ def _sim(args: argparse.Namespace) -> None:
             strategy=args.strategy,
         )
     elif args.fleet is not None:
-        from forethought._fleet_sim import fleet_sizes, run_fleet_sim  # noqa: PLC0415
+        from forethought.commands._sim_fleet import fleet_sizes, run_fleet_sim  # noqa: PLC0415
 
         if args.scenario is None:
             raise ConfigError("scenario", None, "give a scenario file with --fleet")
@@ -415,8 +419,8 @@ def _sim(args: argparse.Namespace) -> None:
             json_path=args.json,
         )
     elif args.profile is not None and len(_profiles(args.profile)) > 1:
-        from forethought._side_by_side import run_profiles  # noqa: PLC0415 - loads torch
-        from forethought._sim import strategy_names  # noqa: PLC0415
+        from forethought.commands._sim import strategy_names  # noqa: PLC0415
+        from forethought.commands._sim_side_by_side import run_profiles  # noqa: PLC0415 - loads torch
 
         if args.scenario is None:
             raise ConfigError("scenario", None, "give a scenario file")
@@ -433,7 +437,7 @@ def _sim(args: argparse.Namespace) -> None:
             report=args.report,
         )
     else:
-        from forethought._sim import run_sim  # noqa: PLC0415 - loads torch
+        from forethought.commands._sim import run_sim  # noqa: PLC0415 - loads torch
 
         if args.scenario is None:
             raise ConfigError("scenario", None, "give a scenario file (or --matrix)")
@@ -464,7 +468,7 @@ def _sim(args: argparse.Namespace) -> None:
 
 def _profiles(text: str) -> list[str]:
     """``--profile``'s profiles, each checked before anything loads (names or figures)."""
-    from forethought.sims._profiles import validate_profiles  # noqa: PLC0415
+    from forethought.sims.internals import validate_profiles  # noqa: PLC0415
 
     return validate_profiles(text)
 
@@ -507,7 +511,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "sim":
             _sim(args)
         elif args.command == "run":
-            from forethought._commands import run_agent  # noqa: PLC0415
+            from forethought.commands._run import run_agent  # noqa: PLC0415
 
             return asyncio.run(
                 run_agent(
@@ -532,7 +536,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 )
             )
         elif args.command == "plan":
-            from forethought._plan_command import run_worker  # noqa: PLC0415
+            from forethought.commands._plan import run_worker  # noqa: PLC0415
 
             return asyncio.run(
                 run_worker(
@@ -546,7 +550,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "send":
             print(orjson.dumps(_send(args)).decode())
         elif args.command == "check":
-            from forethought._check import run_check  # noqa: PLC0415 - no model, no torch
+            from forethought.commands._check import run_check  # noqa: PLC0415 - no model, no torch
 
             return run_check(
                 args.spec,
@@ -555,11 +559,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 out=sys.stdout,
             )
         elif args.command == "tree":
-            from forethought._tree_command import run_tree  # noqa: PLC0415 - no model
+            from forethought.commands._tree import run_tree  # noqa: PLC0415 - no model
 
             return run_tree(args.file, state=args.state, snapshot=args.snapshot, out=sys.stdout)
         elif args.command == "schema":
-            from forethought.sims._file_schema import spec_file_schema  # noqa: PLC0415
+            from forethought.sims.internals import spec_file_schema  # noqa: PLC0415
 
             print(orjson.dumps(spec_file_schema(), option=orjson.OPT_INDENT_2).decode())
     except ForethoughtError as exc:

@@ -2,8 +2,8 @@
 
 Public: what a user needs to pick a backend or write one (:class:`ModelBackend` and the types
 of its methods, the latency predictor it returns, the clocks). The decoder, grammars, prompts,
-the model gate and model loading are the other layers' business: they import them from their
-private modules.
+the model gate and model loading are the other layers' business: they import the names they
+use from :mod:`forethought.models.internals`, never from a private module.
 
 :class:`TransformersBackend` needs the ``local`` extra: it is imported on first use of its
 name, so importing this package loads neither torch nor transformers and a torch-free install

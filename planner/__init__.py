@@ -1,8 +1,8 @@
 """The idle-time planner: what to write next, and when to stop.
 
 The agent builds and runs its planner; a user configures it (``AgentConfig.planner``) and
-nothing else. The planner's parts (branches, forecaster, cover, calibration) are imported by
-the other layers from their private modules.
+nothing else. The planner's parts (branches, forecaster, calibration) are imported by the
+other layers from :mod:`forethought.planner.internals`, never from a private module.
 """
 
 from ._budget import PlannerBudget

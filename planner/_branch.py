@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from forethought.policies._events import EventKey
-from forethought.policies._state import WorldState
+from forethought.policies import EventKey, WorldState
 
 __all__ = ["Branch"]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forethought.policies._events import EventKey
+from forethought.policies import EventKey
 
 from ._forecaster import Forecaster
 

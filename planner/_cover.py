@@ -23,8 +23,7 @@ import heapq
 from collections.abc import Mapping
 from typing import Any
 
-from forethought.policies._events import EventKey, EventSpace
-from forethought.policies._tree import PolicyTree
+from forethought.policies import EventKey, EventSpace, PolicyTree
 
 __all__ = ["BorrowAgreement", "cover"]
 

@@ -20,8 +20,8 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from forethought.policies._abstraction import StateAbstraction
-from forethought.policies._state import WorldState
+from forethought.policies import WorldState
+from forethought.policies.internals import StateAbstraction
 
 __all__ = ["StateDrift"]
 

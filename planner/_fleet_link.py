@@ -11,7 +11,9 @@ change, and this protocol is the whole of it:
   for the branches this planner has claimed (compare-and-set, so no branch is written twice);
 * **written**: each branch written goes to the shared tree.
 
-The runtime's NATS fleet tree implements it; the planner layer knows nothing of NATS.
+The runtime's NATS fleet tree implements it; the planner layer knows nothing of NATS. It lives
+here, not in the fleet's room (``forethought.runtime.fleet``), because the planner uses it and
+may not import the runtime layer.
 """
 
 from __future__ import annotations
@@ -19,9 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from forethought.policies._events import EventKey
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode
+from forethought.policies import EventKey, PolicyNode, WorldState
 
 if TYPE_CHECKING:
     from ._branch import Branch

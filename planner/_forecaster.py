@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from forethought.policies._events import EventKey, EventSpace
+from forethought.policies import EventKey, EventSpace
 
 __all__ = ["Forecaster"]
 

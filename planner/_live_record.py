@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from forethought.models._prompt import prompt_length_bucket
+from forethought.models.internals import prompt_length_bucket
 
 __all__ = ["LiveRecord"]
 

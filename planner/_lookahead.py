@@ -29,8 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forethought.policies._events import EventKey, EventSpace
-from forethought.policies._state import WorldState
+from forethought.policies import EventKey, EventSpace, WorldState
 
 from ._drift import StateDrift
 from ._forecaster import Forecaster

@@ -26,13 +26,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from forethought.models import GenerationStatus, ModelBackend
-from forethought.models._gate import ModelGate
-from forethought.models._health import PlannerHealth
-from forethought.models._prompt import state_context
-from forethought.policies import ActionSchema, ConfigError, ForethoughtError, GuardSet
-from forethought.policies._events import EventKey, EventSpace
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.models.internals import ModelGate, PlannerHealth, state_context
+from forethought.policies import (
+    ActionSchema,
+    ConfigError,
+    EventKey,
+    EventSpace,
+    ForethoughtError,
+    GuardSet,
+    PolicyNode,
+    PolicyTree,
+    WorldState,
+)
 
 from ._branch import Branch
 from ._budget import BudgetBucket, PlannerBudget

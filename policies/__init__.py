@@ -3,7 +3,8 @@
 Public: what a user writes, reads or catches: the spec, its action schema and the check of a
 spec document; the event space and its keys, the world state, the policy tree and its nodes
 (what ``Agent.tree`` and ``Agent.state`` are); the errors. The rest (state abstraction
-internals, validation helpers) is the other layers' business, imported from private modules.
+internals, validation helpers) is the other layers' business, imported from
+:mod:`forethought.policies.internals`, never from a private module.
 """
 
 from ._action import ActionForm, ActionSchema

@@ -3,7 +3,8 @@
 Public: what a user embedding the runtime needs (the agent, its configuration sections, events
 and decisions, the buses and what a sender or an actuator uses beside them, the health report,
 the recorder). The executor, the serve loop (the agent runs it), the fleet's tree and worker and
-the rest are the other layers' business: they import them from their private modules.
+the rest are the other layers' business: they import them from
+:mod:`forethought.runtime.internals`, never from a private module.
 
 The transports (in-process bus, MQTT, Zenoh) live in :mod:`forethought.runtime.transports`;
 their public names are re-exported here.
@@ -23,7 +24,6 @@ from ._config import (
 from ._decision import Decision, Tier
 from ._event import Event, EventPayload
 from ._executor import ExecutorConfig
-from ._fleet_config import FleetConfig, fleet_permissions
 from ._freshness import EventsConfig
 from ._health import HealthConfig
 from ._health_report import (
@@ -40,6 +40,7 @@ from ._health_report import (
 )
 from ._recorder import McapRecorder
 from ._start_steps import StartSteps
+from .fleet import FleetConfig, fleet_permissions
 from .transports import (
     ActionMap,
     EventBus,

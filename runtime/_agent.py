@@ -21,14 +21,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from forethought.models import ModelBackend
-from forethought.models._gate import ModelGate
-from forethought.planner._forecaster import Forecaster
-from forethought.planner._planner import Planner
-from forethought.policies import AgentSpec, ConfigError, ForethoughtError, NotStarted, SnapshotError
-from forethought.policies._events import EventKey
-from forethought.policies._spec_check import StateValues
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.models.internals import ModelGate
+from forethought.planner.internals import Forecaster, Planner
+from forethought.policies import (
+    AgentSpec,
+    ConfigError,
+    EventKey,
+    ForethoughtError,
+    NotStarted,
+    PolicyNode,
+    PolicyTree,
+    SnapshotError,
+    WorldState,
+)
+from forethought.policies.internals import StateValues
 
 from ._backend_choice import backend_for
 from ._capabilities import (
@@ -41,7 +47,6 @@ from ._config import AgentConfig
 from ._decision import Decision, Tier
 from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
-from ._fleet_record import prompt_hash
 from ._freshness import Freshness
 from ._health import health_report
 from ._health_report import HealthReport
@@ -50,11 +55,12 @@ from ._recorder import McapRecorder
 from ._serve import serve
 from ._start_steps import NoSteps, StartSteps
 from ._watchdog import StallWatchdog
+from .fleet._record import prompt_hash
 from .transports._bus import EventBus
 
 if TYPE_CHECKING:
     # nats-py is the `fleet` extra: imported when a fleet URL is configured (in __aenter__).
-    from ._fleet_tree import FleetTree
+    from .fleet._tree import FleetTree
 
 __all__ = ["Agent"]
 
@@ -259,7 +265,7 @@ class Agent:
                 type_defaults=self.spec.type_defaults(),
             )
             if cfg.fleet.url is not None:
-                from ._fleet_tree import FleetTree  # noqa: PLC0415 - needs the fleet extra
+                from .fleet._tree import FleetTree  # noqa: PLC0415 - needs the fleet extra
 
                 self.fleet = await stack.enter_async_context(
                     FleetTree(

@@ -13,8 +13,7 @@ from __future__ import annotations
 import importlib.util
 
 from forethought.models import ManagedServerBackend, ModelBackend, ProcessBackend, ServerBackend
-from forethought.models._engine import EngineChoice, choose_engine
-from forethought.models.backends._server_url import is_server_url
+from forethought.models.internals import EngineChoice, choose_engine, is_server_url
 from forethought.policies import ConfigError
 
 from ._config import AgentConfig
@@ -61,7 +60,7 @@ def backend_for(model: str, config: AgentConfig) -> tuple[ModelBackend, EngineCh
             "pass --model URL",
         )
     # Imported here, after the check: the module imports torch at its top.
-    from forethought.models.backends._transformers import TransformersBackend  # noqa: PLC0415
+    from forethought.models import TransformersBackend  # noqa: PLC0415
 
     kind = ProcessBackend if config.model_process else TransformersBackend
     local = kind(model=model, device=config.device, dtype=config.dtype, grammar=config.grammar)

@@ -21,12 +21,12 @@ from pydantic_settings import (
 from forethought.models import DEFAULT_MODEL
 from forethought.planner import PlannerConfig
 from forethought.policies import ConfigError
-from forethought.policies._errors import first_problem
+from forethought.policies.internals import first_problem
 
 from ._executor import ExecutorConfig
-from ._fleet_config import FleetConfig
 from ._freshness import EventsConfig
 from ._health import HealthConfig
+from .fleet import FleetConfig
 from .transports._mqtt_security import MqttSecurity
 from .transports._zenoh_security import ZenohSecurity
 

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forethought.policies._events import EventKey
+from forethought.policies import EventKey
 
 from ._skipped import skipped_payload
 

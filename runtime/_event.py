@@ -16,7 +16,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from forethought.policies import InvalidEvent
-from forethought.policies._errors import first_problem
+from forethought.policies.internals import first_problem
 
 from ._age import AgeSource
 

@@ -29,18 +29,19 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from forethought.models import GenerationStatus, ModelBackend
-from forethought.models._gate import ModelGate
-from forethought.models._prompt import state_context
+from forethought.models.internals import ModelGate, state_context
 from forethought.policies import (
     ActionSchema,
+    EventKey,
+    EventSpace,
     ForethoughtError,
     GuardSet,
     InvalidEvent,
+    PolicyNode,
+    PolicyTree,
+    WorldState,
     drop_guarded,
 )
-from forethought.policies._events import EventKey, EventSpace
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
 
 from ._capabilities import SupportsLivePrediction
 from ._decision import Decision, Tier, late_reason, wall_ns

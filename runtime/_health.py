@@ -40,8 +40,8 @@ from ._health_report import (
 
 if TYPE_CHECKING:
     from forethought.models import ModelBackend
-    from forethought.planner._planner import Planner
-    from forethought.policies._tree import PolicyTree
+    from forethought.planner.internals import Planner
+    from forethought.policies import PolicyTree
 
     from ._executor import Executor
     from ._freshness import Freshness

@@ -29,7 +29,7 @@ from ._backlog import Backlog
 from .transports._bus import QueuedBus
 
 if TYPE_CHECKING:
-    from forethought.policies._events import EventSpace
+    from forethought.policies import EventSpace
 
     from ._decision import Decision
     from ._event import Event

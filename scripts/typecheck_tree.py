@@ -13,8 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 MAPPING = {
     "": "forethought",
     "bench": "forethought/bench",
+    "commands": "forethought/commands",
     "testing": "forethought/testing",
     "runtime": "runtime",
+    "runtime/fleet": "runtime/fleet",
     "runtime/transports": "runtime/transports",
     "models": "models",
     "models/backends": "models/backends",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forethought.policies._events import EventKey, EventSpace
+from forethought.policies import EventKey, EventSpace
 from forethought.sims import load_scenario, shipped_scenarios
 from forethought.sims._waste import event_distribution, reference_waste, state_visits
 

@@ -3,7 +3,8 @@
 Public: the simulator's entry points (load a spec or a scenario, replay it on one robot, a
 fleet or a real broker, record it) and its report types and writers. The virtual-time loop,
 the profiles' measurement parts, the levers, the waste reference and the rest are the CLI's
-and the benchmarks' business: they import them from their private modules.
+and the benchmarks' business: they import them from :mod:`forethought.sims.internals`, never
+from a private module.
 """
 
 from pathlib import Path

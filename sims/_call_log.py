@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from forethought.models import Clock, LatencyPredictor
-from forethought.models._clock import Pass, PassKind
+from forethought.models.internals import Pass, PassKind
 
 from ._charged import ChargedClock
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from forethought.models import LatencyModel, LatencyProfile, Prediction
-from forethought.models._clock import Pass, PassKind
+from forethought.models.internals import Pass, PassKind
 
 if TYPE_CHECKING:
     from ._vloop import VirtualTimeLoop

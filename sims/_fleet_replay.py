@@ -13,6 +13,9 @@ With ``states="disjoint"`` the robots' states never overlap: robot ``i`` works a
 own (its state carries ``site: i``), so no branch planned for one robot serves another. That is
 where sharing stops paying: the one planner's work grows with N instead of being shared by N.
 
+A simulation, so it lives in the simulator layer, not in the fleet's room
+(``forethought.runtime.fleet``): it shares the planner, not the NATS tree.
+
 Reported per robot and for the fleet: events answered in time by the tree and correct in time
 (a default is never a hit), the planner's waste (branches no robot ever used over branches
 written), and planning time per robot (the shared planner's charged model time over N).
@@ -27,14 +30,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from forethought.models import LatencyModel, LatencyProfile
-from forethought.models._gate import ModelGate
+from forethought.models.internals import ModelGate
 from forethought.planner import PlannerConfig
-from forethought.planner._forecaster import Forecaster
-from forethought.planner._planner import Planner
-from forethought.policies import ConfigError
-from forethought.policies._events import EventKey
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.planner.internals import Forecaster, Planner
+from forethought.policies import ConfigError, EventKey, PolicyNode, PolicyTree, WorldState
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig, Tier
 
 from ._charged import ChargedClock
@@ -44,7 +43,7 @@ from ._vloop import VirtualTimeLoop, run_virtual
 
 if TYPE_CHECKING:
     from forethought.models import TransformersBackend
-    from forethought.planner._branch import Branch
+    from forethought.planner.internals import Branch
 
 __all__ = ["SITE_FIELD", "FleetRun", "FleetStates", "RobotRun", "fleet_replay"]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forethought.policies import ActionForm, ActionSchema, ConfigError, ForethoughtError
-from forethought.policies._events import EventType
+from forethought.policies.internals import EventType
 
 __all__ = ["Grader", "Rule", "matches"]
 

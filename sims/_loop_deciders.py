@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forethought.models import ModelBackend
-from forethought.models._prompt import state_context
+from forethought.models.internals import state_context
 from forethought.runtime import Agent
 
 from ._replay import CallMemo, _naive_call, _Strategy, decide_and_record

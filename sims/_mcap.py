@@ -27,9 +27,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forethought.policies import ConfigError, InputError
-from forethought.policies._errors import first_problem
-from forethought.policies._spec import load_document
-from forethought.runtime._recorder import read_mcap_json
+from forethought.policies.internals import first_problem, load_document
+from forethought.runtime.internals import read_mcap_json
 
 from ._trace_event import TraceEvent
 

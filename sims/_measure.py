@@ -46,13 +46,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from forethought.models import LatencyModel, LatencyProfile
-from forethought.models._clock import Pass, PassKind
-from forethought.models._cost import Cost
-from forethought.models._prompt import Prompt, state_context
-from forethought.policies import ActionSchema, ConfigError
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.models.internals import Cost, Pass, PassKind, Prompt, state_context
+from forethought.policies import ActionSchema, ConfigError, PolicyNode, PolicyTree
 from forethought.runtime import Event, Tier
-from forethought.runtime._executor import Executor
+from forethought.runtime.internals import Executor
 
 from ._scenario import Scenario
 

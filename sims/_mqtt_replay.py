@@ -20,7 +20,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from forethought.runtime import Topics, expiry_properties, stamp_event
-from forethought.runtime.transports._mqtt import parse_mqtt_url, payload_bytes
+from forethought.runtime.internals import parse_mqtt_url, payload_bytes
 
 from ._records import Record, StrategyRun
 from ._scenario import Scenario

@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from forethought.models import Generation, GenerationStatus, MonotonicClock
-from forethought.models._clock import Pass, PassKind
-from forethought.models._prompt import Prompt, state_context
+from forethought.models.internals import Pass, PassKind, Prompt, state_context
 
 from ._records import StrategyRun
 from ._replay import NAIVE_OPTIONS, CallMemo

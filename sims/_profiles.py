@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from forethought.models import LatencyProfile
-from forethought.models._cost import Cost
+from forethought.models.internals import Cost
 from forethought.policies import ConfigError
 
 from ._measure import measure_profile

@@ -27,8 +27,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from forethought.models import DecodeOptions, Generation, LatencyProfile, LoopClock, ModelBackend
-from forethought.models._clock import Pass
-from forethought.models._prompt import state_context
+from forethought.models.internals import Pass, state_context
 from forethought.planner import PlannerConfig
 from forethought.policies import ActionForm, ActionSchema, WorldState
 from forethought.runtime import Agent, AgentConfig, Decision, Event, ExecutorConfig, Tier

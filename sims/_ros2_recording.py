@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from forethought.policies import AgentSpec, ConfigError, InputError, Problem
-from forethought.policies._spec import load_document
+from forethought.policies.internals import load_document
 from forethought.runtime import (
     Ros2Map,
     Ros2TypeError,

@@ -19,11 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from forethought.policies import AgentSpec, ConfigError
-from forethought.policies._errors import first_problem
-from forethought.policies._events import EventKey, EventType, Grid
-from forethought.policies._spec import load_document
-from forethought.policies._spec_fields import EVENT_EXTRA_KEYS
+from forethought.policies import AgentSpec, ConfigError, EventKey
+from forethought.policies.internals import (
+    EVENT_EXTRA_KEYS,
+    EventType,
+    Grid,
+    first_problem,
+    load_document,
+)
 from forethought.runtime import is_ros2_map, load_ros2_map
 
 from ._grading import Grader

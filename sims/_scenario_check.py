@@ -15,14 +15,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from forethought.policies import ActionSchema, AgentSpec, ConfigError, ForethoughtError
-from forethought.policies._spec_check import (
+from forethought.policies import (
+    ActionSchema,
+    AgentSpec,
+    ConfigError,
+    ForethoughtError,
     Problem,
-    StateValues,
     check_spec,
-    did_you_mean,
-    validation_problems,
 )
+from forethought.policies.internals import StateValues, did_you_mean, validation_problems
 
 from ._grading import Grader, matches
 from ._reactions import WorldBlock

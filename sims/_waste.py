@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from forethought.policies._events import EventKey, EventSpace
+from forethought.policies import EventKey, EventSpace
 
 from ._records import StrategyRun
 from ._scenario import Generate, Scenario

@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from forethought.policies import ActionSchema
-from forethought.policies._events import EventSpace
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import ActionSchema, EventSpace, PolicyNode, PolicyTree, WorldState
 from forethought.runtime import Event, ExecutorConfig
 from forethought.runtime._executor import Executor
 from forethought.sims._vloop import run_virtual

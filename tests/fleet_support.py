@@ -14,11 +14,10 @@ from robot_spec import robot_spec
 
 from forethought.models import ModelBackend, TransformersBackend
 from forethought.planner import PlannerConfig
-from forethought.policies import AgentSpec
-from forethought.policies._events import EventKey
+from forethought.policies import AgentSpec, EventKey
 from forethought.runtime import Agent, AgentConfig, FleetConfig
-from forethought.runtime._fleet_record import decode_key
-from forethought.runtime._fleet_worker import FleetWorker
+from forethought.runtime.fleet._record import decode_key
+from forethought.runtime.fleet._worker import FleetWorker
 from forethought.testing import until_holds
 
 SPEC = robot_spec(

@@ -13,6 +13,7 @@ PACKAGES = [
     "forethought.planner",
     "forethought.policies",
     "forethought.runtime",
+    "forethought.runtime.fleet",
     "forethought.runtime.transports",
     "forethought.sims",
     "forethought.testing",

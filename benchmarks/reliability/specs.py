@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from forethought.policies._events import EventKey
-from forethought.policies._tree import PolicyNode
+from forethought.policies import EventKey, PolicyNode
 
 __all__ = ["FAULTS_SPEC", "RELIABILITY_SPEC", "heartbeat_node"]
 

@@ -336,7 +336,7 @@ async def _skews(port: int, agent: str, skews_ms: list[float], deadline_ms: floa
 
 async def _send_refusals(url: str, agent: str, rounds: int) -> list[float]:
     """Seconds ``forethought send --deadline-ms 0`` takes to raise the agent's refusal."""
-    from forethought._commands import Refused, send_event  # noqa: PLC0415 - the CLI's own
+    from forethought.commands._send import Refused, send_event  # noqa: PLC0415 - the CLI's own
 
     took = []
     for _ in range(rounds):

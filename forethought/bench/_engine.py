@@ -40,7 +40,7 @@ from forethought.models import (
     ServerBackend,
     TransformersBackend,
 )
-from forethought.models._model_source import resolve_model
+from forethought.models.internals import resolve_model
 from forethought.policies import ActionSchema
 from forethought.testing import LlamaServer
 

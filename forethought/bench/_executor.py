@@ -35,7 +35,7 @@ from forethought.runtime import (
     stamp_event,
     zenoh_config,
 )
-from forethought.runtime.transports._mqtt import payload_bytes
+from forethought.runtime.internals import payload_bytes
 from forethought.testing import MosquittoBroker, free_port, mosquitto_path
 
 from ._model import BENCH_ACTION

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from forethought.models import CancelSignal, DecodeOptions, TransformersBackend
-from forethought.models._prompt import Prompt
-from forethought.models.grammar._engines import make_engine
+from forethought.models.internals import Prompt, make_engine
 from forethought.policies import ActionForm, ActionSchema
 
 __all__ = ["BENCH_ACTION", "ModelBench"]

@@ -21,17 +21,19 @@ from typing import Any
 import numpy as np
 
 from forethought.models import TransformersBackend
-from forethought.models._gate import ModelGate
+from forethought.models.internals import ModelGate
 from forethought.planner import PlannerConfig
-from forethought.planner._calibration import calibration, markov_bound
-from forethought.planner._forecaster import Forecaster
-from forethought.planner._planner import Planner
-from forethought.policies import ActionSchema
-from forethought.policies._events import EventKey, EventSpace
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.planner.internals import Forecaster, Planner, calibration, markov_bound
+from forethought.policies import (
+    ActionSchema,
+    EventKey,
+    EventSpace,
+    PolicyNode,
+    PolicyTree,
+    WorldState,
+)
 from forethought.sims import load_scenario, shipped_scenarios
-from forethought.sims._levers import LEVERS, fixed_profile, lever_runs
+from forethought.sims.internals import LEVERS, fixed_profile, lever_runs
 
 from ._model import BENCH_ACTION as ACTION
 

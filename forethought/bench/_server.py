@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 
 from forethought.models import ModelBackend, ServerBackend, TransformersBackend
-from forethought.models._prompt import Prompt
+from forethought.models.internals import Prompt
 from forethought.policies import ActionSchema
 
 from ._model import BENCH_ACTION

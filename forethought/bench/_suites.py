@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from forethought._progress import Bars
+from forethought.internals import Bars
 from forethought.models import TransformersBackend
 
 from ._model import BENCH_ACTION, ModelBench

@@ -27,9 +27,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from forethought.models._model_source import cache_root, resolve_model
-from forethought.models.backends._llama_binary import LLAMA_CPP_VERSION, llama_server_path
-from forethought.models.backends._llama_binary import build_dir as _build_dir
+from forethought.models.internals import (
+    LLAMA_CPP_VERSION,
+    cache_root,
+    llama_server_path,
+    resolve_model,
+)
+from forethought.models.internals import build_dir as _build_dir
 from forethought.policies import ConfigError
 
 from ._ports import free_port

@@ -33,9 +33,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from forethought.policies import AgentSpec, ConfigError, InputError, Problem
-from forethought.policies._errors import first_problem
-from forethought.policies._spec import load_document
-from forethought.policies._spec_check import did_you_mean
+from forethought.policies.internals import did_you_mean, first_problem, load_document
 
 from ._ros2_types import FieldPath, Ros2TypeError, Ros2Types, parse_path
 

@@ -23,7 +23,7 @@ from fleet_support import (
 
 from forethought.models import ScriptedBackend
 from forethought.runtime import Agent, FleetConfig, Tier
-from forethought.runtime._fleet_record import decode_key
+from forethought.runtime.fleet._record import decode_key
 from forethought.testing import NatsCluster
 
 pytestmark = [pytest.mark.model, pytest.mark.fleet]

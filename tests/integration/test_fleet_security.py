@@ -13,10 +13,9 @@ from fleet_support import bucket, settled, spec, wait_for, worker
 
 from forethought.models import ScriptedBackend
 from forethought.planner import PlannerConfig
-from forethought.policies._events import EventKey
-from forethought.policies._tree import PolicyNode
+from forethought.policies import EventKey, PolicyNode
 from forethought.runtime import Agent, AgentConfig, FleetConfig, fleet_permissions
-from forethought.runtime._fleet_record import BranchRecord, prompt_hash
+from forethought.runtime.fleet._record import BranchRecord, prompt_hash
 from forethought.testing import NatsCluster, NatsUser
 
 pytestmark = pytest.mark.fleet

@@ -35,8 +35,8 @@ from forethought.runtime import (  # noqa: E402
     Ros2Bus,
     Ros2Map,
     Ros2Types,
+    Tier,
 )
-from forethought.runtime._decision import Tier  # noqa: E402
 from forethought.runtime.transports._ros2_wire import Attachment  # noqa: E402
 from forethought.testing._ros2_peer import ZenohRouter  # noqa: E402
 

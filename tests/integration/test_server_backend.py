@@ -27,13 +27,13 @@ from forethought.models.backends._server import _TRIE_MARGIN_NAT
 from forethought.policies import (
     ActionSchema,
     ConfigError,
+    EventSpace,
+    PolicyTree,
     ServerRejected,
     ServerReplyError,
     ServerUnavailable,
+    WorldState,
 )
-from forethought.policies._events import EventSpace
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyTree
 from forethought.runtime import Decision, Event, ExecutorConfig, Tier
 from forethought.runtime._executor import Executor
 from forethought.testing import LlamaServer, llama_server_path, until_holds

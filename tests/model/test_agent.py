@@ -105,7 +105,7 @@ async def test_lifecycle_decide_state_and_snapshot(
 async def test_snapshot_of_another_model_is_skipped(
     tiny_backend: TransformersBackend, spec: AgentSpec, tmp_path: Path
 ) -> None:
-    from forethought.policies._tree import PolicyTree
+    from forethought.policies import PolicyTree
 
     snap = tmp_path / "tree.json"
     PolicyTree().save(snap, schema=spec.action_schema().fingerprint, model_id="other-model")

@@ -11,7 +11,7 @@ import orjson
 import pytest
 import yaml
 
-from forethought._sim import run_sim
+from forethought.commands._sim import run_sim
 from forethought.models import LatencyProfile, TransformersBackend
 from forethought.models._clock import Pass, PassKind
 from forethought.models._cost import Cost

@@ -26,11 +26,18 @@ from forethought.planner._drift import StateDrift
 from forethought.planner._forecaster import Forecaster
 from forethought.planner._lookahead import Pace, look_ahead
 from forethought.planner._planner import Planner
-from forethought.policies import ActionSchema, AgentSpec, ConfigError
+from forethought.policies import (
+    ActionSchema,
+    AgentSpec,
+    ConfigError,
+    EventKey,
+    EventSpace,
+    PolicyNode,
+    PolicyTree,
+    WorldState,
+)
 from forethought.policies._abstraction import StateAbstraction
-from forethought.policies._events import EventKey, EventSpace, Grid
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies._events import Grid
 from forethought.runtime import Agent, AgentConfig, Event, ExecutorConfig
 from forethought.sims import load_scenario, shipped_scenarios
 from forethought.sims._vloop import VirtualTimeLoop, run_virtual

@@ -23,9 +23,8 @@ import yaml
 from forethought.models._model_load import LoadedModel
 from forethought.policies import AgentSpec
 from forethought.policies._events import EventType
-from forethought.sims import load_scenario
+from forethought.sims import TraceEvent, load_scenario
 from forethought.sims._scenario import SCENARIO_KEYS, Drift, Generate
-from forethought.sims._trace_event import TraceEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -32,8 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forethought.policies import AgentSpec
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import AgentSpec, PolicyNode, PolicyTree
 from forethought.testing import MosquittoBroker
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,9 +13,7 @@ from executor_support import ACTION, SPACE, STATE
 
 from forethought.models import LatencyProfile, TransformersBackend
 from forethought.models._prompt import Prompt, state_context
-from forethought.policies import ActionSchema
-from forethought.policies._events import EventSpace
-from forethought.policies._tree import PolicyTree
+from forethought.policies import ActionSchema, EventSpace, PolicyTree
 from forethought.runtime import Decision, Event, ExecutorConfig, Tier
 from forethought.runtime._executor import Executor
 from forethought.sims._charged import ChargedClock

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from forethought._cli import main
-from forethought._fleet_sim import fleet_sizes
+from forethought.commands._sim_fleet import fleet_sizes
 from forethought.models import TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import PROFILES, fleet_replay, load_scenario

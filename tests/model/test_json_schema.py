@@ -16,9 +16,16 @@ from hypothesis import strategies as st
 
 from forethought.models import ScriptedBackend, TransformersBackend
 from forethought.planner import PlannerConfig
-from forethought.policies import ActionSchema, AgentSpec, ConfigError, InvalidAction, SchemaError
-from forethought.policies._events import EventKey
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import (
+    ActionSchema,
+    AgentSpec,
+    ConfigError,
+    EventKey,
+    InvalidAction,
+    PolicyNode,
+    PolicyTree,
+    SchemaError,
+)
 from forethought.runtime import Agent, AgentConfig
 
 

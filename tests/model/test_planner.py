@@ -15,10 +15,7 @@ from forethought.models._gate import ModelGate
 from forethought.planner import PlannerConfig
 from forethought.planner._forecaster import Forecaster
 from forethought.planner._planner import Planner
-from forethought.policies import ActionSchema, BackendError
-from forethought.policies._events import EventSpace
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyTree
+from forethought.policies import ActionSchema, BackendError, EventSpace, PolicyTree, WorldState
 from forethought.testing import until_holds
 
 pytestmark = pytest.mark.model

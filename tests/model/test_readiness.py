@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from forethought import Agent, AgentConfig, AgentSpec, ConfigError, NotStarted, Tier
-from forethought._commands import log_coverage
+from forethought.commands._run import log_coverage
 from forethought.models import TransformersBackend
 from forethought.planner import PlannerConfig
 from forethought.runtime import CountersSection, HealthReport, ModelSection, TreeSection

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from forethought._progress import Bars
-from forethought._side_by_side import first_events, run_side_by_side, verdict
+from forethought.commands._sim_side_by_side import first_events, run_side_by_side, verdict
 from forethought.models import TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import STRATEGIES, load_scenario

@@ -9,7 +9,7 @@ import orjson
 import pytest
 import yaml
 
-from forethought._sim import run_matrix
+from forethought.commands._sim import run_matrix
 from forethought.models import LatencyProfile, ScriptedBackend, TransformersBackend
 from forethought.policies import AgentSpec, ConfigError
 from forethought.sims import (

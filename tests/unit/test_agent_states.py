@@ -24,8 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from forethought.models import ScriptedBackend, ScriptMode
 from forethought.planner import PlannerConfig
-from forethought.policies import AgentSpec
-from forethought.policies._tree import PolicyNode
+from forethought.policies import AgentSpec, PolicyNode
 from forethought.runtime import Agent, AgentConfig, Decision
 from forethought.sims._vloop import VirtualTimeLoop
 

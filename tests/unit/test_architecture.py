@@ -80,7 +80,7 @@ def test_layers_import_one_way() -> None:
             target = _target_rank(module)
             if target is not None and target > rank:
                 against.append(f"{path.relative_to(ROOT)}:{line} imports {module} (upwards)")
-            if rank < 5 and module.startswith("forethought._"):
+            if rank < 5 and module.startswith(("forethought._", "forethought.commands")):
                 against.append(f"{path.relative_to(ROOT)}:{line} imports {module} (the CLI host)")
     assert not against, "\n".join(against)
 
@@ -95,8 +95,8 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
 
 
 def test_sims_import_no_underscored_name_of_lower_layers() -> None:
-    # The simulator may import another layer's private modules (its executor, its planner's
-    # parts), but never a name that module itself keeps private.
+    # The simulator imports another layer's collaborators (its executor, its planner's parts)
+    # through that layer's internals door, but never a name kept private.
     private = []
     for path, _, rank in _modules():
         if rank != 4:
@@ -247,7 +247,7 @@ def _lint_imports(*args: str) -> subprocess.CompletedProcess[str]:
 def test_import_linter_contracts_hold() -> None:
     done = _lint_imports()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "6 kept, 0 broken" in done.stdout
+    assert "7 kept, 0 broken" in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -276,6 +276,11 @@ def test_import_linter_contracts_hold() -> None:
             "import forethought.bench\n",
             "The test kit (forethought.testing) does not import the benches",
         ),
+        (
+            "runtime/_kit.py",
+            "from forethought.models._prompt import Prompt\n",
+            "A layer's private modules are its own",
+        ),
     ],
 )
 def test_import_linter_sees_a_broken_rule(
@@ -290,6 +295,67 @@ def test_import_linter_sees_a_broken_rule(
     assert done.returncode == 1, done.stdout
     assert "1 broken" in done.stdout
     assert broken in done.stdout.split("Broken contracts")[1]
+
+
+DOORS = "A layer's private modules are its own"
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "link"),
+    [
+        # A layer into a lower layer's private module, a nested one too.
+        (
+            "runtime/_kit.py",
+            "from forethought.models._prompt import Prompt\n",
+            "forethought.runtime._kit -> forethought.models._prompt (l.1)",
+        ),
+        (
+            "sims/_kit.py",
+            "from forethought.models.backends._server_url import is_server_url\n",
+            "forethought.sims._kit -> forethought.models.backends._server_url (l.1)",
+        ),
+        # The CLI into a layer's, and the benches (a room inside forethought) into the CLI's.
+        (
+            "_kit.py",
+            "import forethought.runtime._executor\n",
+            "forethought._kit -> forethought.runtime._executor (l.1)",
+        ),
+        (
+            "bench/_kit.py",
+            "from forethought._progress import Bars\n",
+            "forethought.bench._kit -> forethought._progress (l.1)",
+        ),
+    ],
+)
+def test_the_door_contract_names_an_import_past_the_doors(
+    where: str, code: str, link: str, tmp_path: Path
+) -> None:
+    assert _lint_imports().returncode == 0
+    shutil.copytree(ROOT / "build" / "importlint" / "forethought", tmp_path / "forethought")
+    planted = tmp_path / "forethought" / where
+    planted.write_text(code + (planted.read_text() if planted.exists() else ""))
+    done = _lint_imports("--tree", str(tmp_path))
+    assert done.returncode == 1, done.stdout
+    assert "1 broken" in done.stdout
+    broken = done.stdout.split("Broken contracts")[1]
+    assert DOORS in broken
+    assert f"- {link}" in broken
+
+
+def test_the_door_contract_lets_a_layer_in_through_its_doors(tmp_path: Path) -> None:
+    # The same names through the doors (the models layer's __init__ and its internals), and
+    # the layer's own private module from a subpackage of it (the parent package is no wall).
+    assert _lint_imports().returncode == 0
+    shutil.copytree(ROOT / "build" / "importlint" / "forethought", tmp_path / "forethought")
+    planted = tmp_path / "forethought" / "runtime" / "transports" / "_kit.py"
+    planted.write_text(
+        "from forethought.models import TransformersBackend\n"
+        "from forethought.models.internals import Prompt\n"
+        "from forethought.runtime._executor import Executor\n"
+    )
+    done = _lint_imports("--tree", str(tmp_path))
+    assert done.returncode == 0, done.stdout
+    assert "7 kept, 0 broken" in done.stdout
 
 
 # The packages that once imported each other in a circle (bench/_reliability <-> _faults <->

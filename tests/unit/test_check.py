@@ -16,10 +16,10 @@ import pytest
 import yaml
 from extras import needs
 
-from forethought._check import check_file
-from forethought.policies import AgentSpec, ConfigError
+from forethought.commands._check import check_file
+from forethought.policies import AgentSpec, ConfigError, check_spec
 from forethought.policies._spec import load_document
-from forethought.policies._spec_check import StateValues, check_spec
+from forethought.policies._spec_check import StateValues
 from forethought.sims import shipped_scenarios
 from forethought.sims._file_schema import spec_file_schema
 from forethought.sims._scenario_check import check_scenario

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forethought._check import check_file, run_check
+from forethought.commands._check import check_file, run_check
 from forethought.policies import ConfigError
 from forethought.sims._profiles import profile_list, validate_profiles
 

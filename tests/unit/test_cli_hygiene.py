@@ -15,10 +15,9 @@ import yaml
 
 from forethought._cli import main
 from forethought._progress import Bars
-from forethought._tree_command import run_tree
+from forethought.commands._tree import run_tree
 from forethought.policies import ConfigError
-from forethought.sims import shipped_scenarios
-from forethought.sims._records import StrategyRun
+from forethought.sims import StrategyRun, shipped_scenarios
 
 SPEC = {
     "name": "door",
@@ -100,7 +99,7 @@ def test_tree_warns_on_a_state_no_transition_reaches(
 def test_a_bad_profile_is_refused_before_the_model_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import forethought._sim as sim
+    import forethought.commands._sim as sim
 
     def no_load(*args: object) -> None:
         raise AssertionError("the model was loaded before the profile was checked")
@@ -131,7 +130,7 @@ def test_the_cli_refuses_a_misspelt_profile_with_a_suggestion(
 
 
 def test_events_cuts_a_single_profile_replay(tmp_path: Path) -> None:
-    from forethought._sim import _scenario
+    from forethought.commands._sim import _scenario
 
     scenario = _scenario(_spec(tmp_path), None, None, 3, "step_ms=8.6,prefill_us_per_token=50")
     assert len(scenario.events()) == 3
@@ -140,7 +139,7 @@ def test_events_cuts_a_single_profile_replay(tmp_path: Path) -> None:
 
 
 def test_the_wall_clock_share_of_each_strategy() -> None:
-    from forethought._sim import wall_share
+    from forethought.commands._sim import wall_share
 
     runs = {
         "live-naive": StrategyRun("live-naive", records=[], wall_s=30.0),

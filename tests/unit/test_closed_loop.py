@@ -15,7 +15,7 @@ import orjson
 import pytest
 import yaml
 
-from forethought._closed_loop_sim import open_loop_only, refuse_open_loop_options
+from forethought.commands._sim_closed_loop import open_loop_only, refuse_open_loop_options
 from forethought.models import ScriptedBackend
 from forethought.policies import ConfigError
 from forethought.sims import (

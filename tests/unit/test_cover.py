@@ -10,8 +10,7 @@ import pytest
 
 from forethought.planner._cover import BorrowAgreement, cover
 from forethought.planner._lookahead import Pace
-from forethought.policies._events import EventKey, EventSpace
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import EventKey, EventSpace, PolicyNode, PolicyTree
 
 SPACE = EventSpace.from_specs(
     [

@@ -242,8 +242,7 @@ def test_auto_follows_what_each_method_measured() -> None:
     from forethought.planner import PlannerConfig
     from forethought.planner._forecaster import Forecaster
     from forethought.planner._planner import Planner
-    from forethought.policies._state import WorldState
-    from forethought.policies._tree import PolicyTree
+    from forethought.policies import PolicyTree, WorldState
 
     spec = AgentSpec.from_data(SPEC)
     space, schema = spec.event_space(), spec.action_schema()

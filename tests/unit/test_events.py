@@ -1,8 +1,6 @@
 import pytest
 
-from forethought.policies import ConfigError, InvalidState
-from forethought.policies._events import EventKey, EventSpace
-from forethought.policies._state import WorldState
+from forethought.policies import ConfigError, EventKey, EventSpace, InvalidState, WorldState
 
 SPECS = [
     {

@@ -14,9 +14,7 @@ import pytest
 from executor_support import SPACE, STATE, decide, make, put
 
 from forethought.models import Prediction, ScriptedBackend
-from forethought.policies import ActionSchema, InvalidAction
-from forethought.policies._events import EventSpace
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import ActionSchema, EventSpace, InvalidAction, PolicyNode, PolicyTree
 from forethought.runtime import Event, Tier
 from forethought.runtime._capabilities import SupportsLivePrediction
 from forethought.sims._vloop import run_virtual

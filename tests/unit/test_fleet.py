@@ -17,13 +17,10 @@ from forethought.models._gate import ModelGate
 from forethought.planner._branch import Branch
 from forethought.planner._forecaster import Forecaster
 from forethought.planner._planner import Planner
-from forethought.policies import ConfigError
-from forethought.policies._events import EventKey
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import ConfigError, EventKey, PolicyNode, PolicyTree, WorldState
 from forethought.runtime import AgentConfig, FleetConfig, fleet_permissions
-from forethought.runtime._fleet_config import parse_fleet_urls
-from forethought.runtime._fleet_record import BranchRecord, branch_key, decode_key
+from forethought.runtime.fleet._config import parse_fleet_urls
+from forethought.runtime.fleet._record import BranchRecord, branch_key, decode_key
 
 KV_KEY = r"^[-/_=.A-Za-z0-9]+$"
 
@@ -199,7 +196,7 @@ async def test_the_fleet_waits_for_a_peer_offline_and_refuses_an_impossible_plac
 ) -> None:
     import nats.js.errors
 
-    from forethought.runtime._fleet_worker import ensure_fleet
+    from forethought.runtime.fleet._worker import ensure_fleet
 
     config = FleetConfig(url="nats://127.0.0.1:4222", name="t", replicas=3)
     names = config.names

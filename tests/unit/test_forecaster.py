@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from forethought.planner._forecaster import Forecaster
-from forethought.policies._events import EventSpace
+from forethought.policies import EventSpace
 
 
 def make_space(n: int) -> EventSpace:

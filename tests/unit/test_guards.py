@@ -29,8 +29,7 @@ from forethought.policies import (
 )
 from forethought.policies._events import EventType
 from forethought.policies._guards import compile_want, pattern_matches
-from forethought.runtime import ExecutorConfig, Tier
-from forethought.runtime._event import Event
+from forethought.runtime import Event, ExecutorConfig, Tier
 from forethought.runtime._executor import Executor
 
 ACTION: dict[str, Any] = {

@@ -15,7 +15,7 @@ pytest.importorskip("rosbags")
 
 from mcap.reader import make_reader
 
-from forethought._check import check_file
+from forethought.commands._check import check_file
 from forethought.policies import ConfigError
 from forethought.runtime import Ros2Map, Ros2Types
 from forethought.sims import load_scenario, shipped_scenarios

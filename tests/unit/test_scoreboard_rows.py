@@ -7,7 +7,7 @@ import colorsys
 import re
 from pathlib import Path
 
-from forethought._side_by_side import _ROWS as SIDE_BY_SIDE_ROWS
+from forethought.commands._sim_side_by_side import _ROWS as SIDE_BY_SIDE_ROWS
 from forethought.sims._report import CAPTIONS, TABLE_ROWS
 from forethought.sims._report_figures import LATENCY_AXIS, TIER_COLORS
 

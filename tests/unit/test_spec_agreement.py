@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from forethought._check import check_file
-from forethought.policies import AgentSpec, ConfigError
-from forethought.policies._spec_check import _REQUIRED, check_spec
+from forethought.commands._check import check_file
+from forethought.policies import AgentSpec, ConfigError, check_spec
+from forethought.policies._spec_check import _REQUIRED
 from forethought.policies._spec_fields import (
     EVENT_EXTRA_KEYS,
     event_keys,

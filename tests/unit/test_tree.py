@@ -9,10 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from forethought.policies import ConfigError, SnapshotError
-from forethought.policies._events import EventKey
+from forethought.policies import ConfigError, EventKey, PolicyNode, PolicyTree, SnapshotError
 from forethought.policies._spec import load_document
-from forethought.policies._tree import PolicyNode, PolicyTree
 
 
 def node(

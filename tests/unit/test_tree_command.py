@@ -9,9 +9,8 @@ import pytest
 import yaml
 
 from forethought._cli import main
-from forethought._tree_command import run_tree
-from forethought.policies import AgentSpec, ConfigError
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.commands._tree import run_tree
+from forethought.policies import AgentSpec, ConfigError, PolicyNode, PolicyTree
 
 SPEC = {
     "name": "door",

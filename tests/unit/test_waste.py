@@ -11,7 +11,7 @@ import yaml
 from extras import needs
 
 from forethought.models import ScriptedBackend
-from forethought.policies._events import EventKey
+from forethought.policies import EventKey
 from forethought.sims import load_scenario, metrics, replay, table, write_json, write_report
 from forethought.sims._waste import event_distribution, reference_waste, state_visits
 

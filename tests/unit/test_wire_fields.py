@@ -9,7 +9,7 @@ from forethought.runtime import Decision, Tier
 from forethought.runtime._skipped import does_not_fit, seconds_text, skipped_payload
 
 TIERS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "tiers.md"
-SEND_ONLY = {"round_trip_ms", "warning"}  # forethought._commands adds them to the reply
+SEND_ONLY = {"round_trip_ms", "warning"}  # forethought.commands._run adds them to the reply
 
 
 def _wire_table() -> set[str]:

@@ -11,11 +11,11 @@ from typing import Any
 
 import orjson
 
-from forethought._closed_loop_sim import open_loop_only
-from forethought._sim import _load, _profile
+from forethought.commands._sim import _load, _profile
+from forethought.commands._sim_closed_loop import open_loop_only
 from forethought.policies import ConfigError
 from forethought.sims import FleetRun, fleet_replay, load_scenario
-from forethought.sims._fleet_replay import FleetStates
+from forethought.sims.internals import FleetStates
 
 __all__ = ["fleet_sizes", "fleet_table", "run_fleet_sim"]
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import orjson
 
-from forethought._closed_loop_sim import (
+from forethought._progress import Bars
+from forethought.commands._sim_closed_loop import (
     open_loop_only,
     refuse_open_loop_options,
     run_closed_loop,
 )
-from forethought._progress import Bars
-from forethought._side_by_side import first_events
+from forethought.commands._sim_side_by_side import first_events
 from forethought.models import (
     LatencyProfile,
     ManagedServerBackend,
@@ -24,7 +24,7 @@ from forethought.models import (
     ServerBackend,
     TransformersBackend,
 )
-from forethought.models.backends._server_url import is_server_url
+from forethought.models.internals import is_server_url
 from forethought.policies import ConfigError
 from forethought.runtime import AgentConfig
 from forethought.sims import (
@@ -44,11 +44,14 @@ from forethought.sims import (
     write_json,
     write_report,
 )
-from forethought.sims._agreement import compare_clocks
-from forethought.sims._fidelity import add_references
-from forethought.sims._profiles import profile_figures, validate_profiles
-from forethought.sims._ros2_record import record_ros2
-from forethought.sims._ros2_recording import scenario_ros2_map
+from forethought.sims.internals import (
+    add_references,
+    compare_clocks,
+    profile_figures,
+    record_ros2,
+    scenario_ros2_map,
+    validate_profiles,
+)
 
 __all__ = ["run_matrix", "run_sim", "strategy_names", "wall_share"]
 

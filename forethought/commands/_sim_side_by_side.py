@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from forethought._closed_loop_sim import open_loop_only
 from forethought._progress import Bars
+from forethought.commands._sim_closed_loop import open_loop_only
 from forethought.models import LatencyProfile, TransformersBackend
 from forethought.policies import ConfigError
 from forethought.sims import (
@@ -32,9 +32,13 @@ from forethought.sims import (
     resolve_profile,
     write_report,
 )
-from forethought.sims._fidelity import add_references
-from forethought.sims._naive_cache import decode_naive, decode_references, naive_prompts
-from forethought.sims._profiles import profile_figures
+from forethought.sims.internals import (
+    add_references,
+    decode_naive,
+    decode_references,
+    naive_prompts,
+    profile_figures,
+)
 
 __all__ = ["first_events", "run_profiles", "run_side_by_side", "verdict"]
 

@@ -16,10 +16,15 @@ from typing import Any, TextIO
 
 import orjson
 
-from forethought.policies import AgentSpec, ConfigError, SnapshotError, WorldState
-from forethought.policies._spec import load_document
-from forethought.policies._spec_check import StateValues
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import (
+    AgentSpec,
+    ConfigError,
+    PolicyNode,
+    PolicyTree,
+    SnapshotError,
+    WorldState,
+)
+from forethought.policies.internals import StateValues, load_document
 
 __all__ = ["run_tree"]
 
@@ -122,7 +127,7 @@ def _warn_unreached(spec: AgentSpec, state: WorldState, patch: dict[str, Any]) -
     The planner plans ahead only for states the initial one and effects reach; a state set from
     outside (``agent.update_state``) finds nothing planned until the planner catches up.
     """
-    from forethought._check import reachable_states  # noqa: PLC0415 - same layer, no model
+    from forethought.commands._check import reachable_states  # noqa: PLC0415 - same layer, no model
 
     states, capped = reachable_states(spec)
     if capped or state.fingerprint in {s.fingerprint for s in states}:

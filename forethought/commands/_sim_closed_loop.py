@@ -19,8 +19,7 @@ from forethought.sims import (
     scenario_world,
     write_closed_loop,
 )
-from forethought.sims._closed_loop_report import closed_loop_json
-from forethought.sims._profiles import profile_figures
+from forethought.sims.internals import closed_loop_json, profile_figures
 
 __all__ = ["open_loop_only", "refuse_open_loop_options", "run_closed_loop"]
 

@@ -32,23 +32,26 @@ from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from forethought.models import ModelBackend
-from forethought.models._gate import ModelGate
+from forethought.models.internals import ModelGate
 from forethought.planner import PlannerConfig
-from forethought.planner._forecaster import Forecaster
-from forethought.planner._planner import Planner
-from forethought.policies import AgentSpec, ForethoughtError
-from forethought.policies._events import EventKey
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.planner.internals import Forecaster, Planner
+from forethought.policies import (
+    AgentSpec,
+    EventKey,
+    ForethoughtError,
+    PolicyNode,
+    PolicyTree,
+    WorldState,
+)
 
-from ._fleet_config import FleetConfig
-from ._fleet_record import BranchRecord, branch_key, prompt_hash
-from ._fleet_tree import NATS_ERRORS, FleetTree, describe
+from ._config import FleetConfig
+from ._record import BranchRecord, branch_key, prompt_hash
+from ._tree import NATS_ERRORS, FleetTree, describe
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext
 
-    from forethought.planner._branch import Branch
+    from forethought.planner.internals import Branch
 
 __all__ = ["FleetWorker", "WorkerStats", "ensure_fleet"]
 

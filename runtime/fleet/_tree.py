@@ -33,16 +33,13 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from forethought.policies import ForethoughtError
-from forethought.policies._events import EventKey
-from forethought.policies._state import WorldState
-from forethought.policies._tree import PolicyNode, PolicyTree
+from forethought.policies import EventKey, ForethoughtError, PolicyNode, PolicyTree, WorldState
 
-from ._fleet_config import FleetConfig
-from ._fleet_record import BranchRecord, decode_key
+from ._config import FleetConfig
+from ._record import BranchRecord, decode_key
 
 if TYPE_CHECKING:
-    from forethought.planner._branch import Branch
+    from forethought.planner.internals import Branch
 
 __all__ = ["FleetStats", "FleetTree", "describe"]
 

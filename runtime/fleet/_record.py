@@ -18,8 +18,7 @@ from typing import Any
 
 import orjson
 
-from forethought.policies._events import EventKey
-from forethought.policies._tree import PolicyNode
+from forethought.policies import EventKey, PolicyNode
 
 __all__ = ["BranchRecord", "branch_key", "decode_key", "prompt_hash"]
 

@@ -12,8 +12,7 @@ import orjson
 
 from forethought.policies import ConfigError
 from forethought.runtime import AgentConfig
-from forethought.runtime._backend_choice import backend_for
-from forethought.runtime._fleet_worker import FleetWorker
+from forethought.runtime.internals import FleetWorker, backend_for
 from forethought.sims import load_spec
 
 __all__ = ["run_worker"]

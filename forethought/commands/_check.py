@@ -15,15 +15,19 @@ from pathlib import Path
 from typing import TextIO
 
 from forethought.models import LatencyModel, LatencyProfile
-from forethought.models._prompt import state_context
+from forethought.models.internals import state_context
 from forethought.planner import PlannerConfig
-from forethought.policies import AgentSpec, ConfigError, ForethoughtError
-from forethought.policies._spec import load_document
-from forethought.policies._spec_check import Problem, check_spec
-from forethought.policies._state import WorldState
+from forethought.policies import (
+    AgentSpec,
+    ConfigError,
+    ForethoughtError,
+    Problem,
+    WorldState,
+    check_spec,
+)
+from forethought.policies.internals import load_document
 from forethought.sims import resolve_profile
-from forethought.sims._scenario import SCENARIO_KEYS
-from forethought.sims._scenario_check import check_accept, check_scenario
+from forethought.sims.internals import SCENARIO_KEYS, check_accept, check_scenario
 
 __all__ = ["CheckResult", "PlanCost", "plan_cost", "reachable_states", "run_check"]
 

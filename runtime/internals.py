@@ -1,0 +1,51 @@
+"""The runtime layer's internals, for the other layers of this package: not a stable API.
+
+The one door through which another layer (or the test kit, or the benches) reaches a name this
+layer keeps out of its public ``__init__``: a collaborator, not something a user should build
+on. Its names may change without notice; the import contract "A layer's private modules are
+its own" (pyproject.toml) keeps every other layer to this module and the ``__init__``.
+
+A name is imported from its module on first use, so importing this door loads nothing more
+than the names asked for.
+"""
+
+from __future__ import annotations
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from ._backend_choice import backend_for
+    from ._executor import Executor
+    from ._recorder import read_mcap_json
+    from .fleet._worker import FleetWorker
+    from .transports._mqtt import parse_mqtt_url, payload_bytes
+    from .transports._mqtt_security import parse_broker_url
+
+__all__ = [
+    "Executor",
+    "FleetWorker",
+    "backend_for",
+    "parse_broker_url",
+    "parse_mqtt_url",
+    "payload_bytes",
+    "read_mcap_json",
+]
+
+# Name -> the private module that defines it (relative to this package).
+_WHERE = {
+    "Executor": "._executor",
+    "FleetWorker": ".fleet._worker",
+    "backend_for": "._backend_choice",
+    "parse_broker_url": ".transports._mqtt_security",
+    "parse_mqtt_url": ".transports._mqtt",
+    "payload_bytes": ".transports._mqtt",
+    "read_mcap_json": "._recorder",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    # Imported on first use: a name's module (and what it needs) loads only when asked for.
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_importlib.import_module(_WHERE[name], __package__), name)
