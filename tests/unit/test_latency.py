@@ -79,7 +79,8 @@ def test_a_replayed_history_gives_the_same_fit() -> None:
         seen.observe_step(rows, 0.045 + 0.002 * (rows - 1) * rng.uniform(0.9, 1.2))
         seen.observe_action(rng.randrange(2, 9))
     history = seen.history()
-    assert len(history.prefills) == 40 and len(history.steps) == 40
+    assert len(history.prefills) == 40
+    assert len(history.steps) == 40
     again = LatencyModel()
     again.replay(history)
     assert again.history() == history
