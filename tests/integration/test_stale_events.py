@@ -156,8 +156,8 @@ async def test_a_latest_only_backlog_decides_the_newest_and_counts_the_rest(
             await first.bus.wait_connected(10)
         for x in range(6):  # poses while the agent is away: only the last one matters
             body = {"id": f"pose{x}", "type": "pose", "params": {"x": x}, "deadline_ms": 5000}
-            # Acknowledged at QoS 1: they wait in the session for the next agent.
             await publish(client, agent_id, body | {"sent_at_ns": time.time_ns()})
+        await asyncio.sleep(0.3)  # the outage goes on: they wait in the session
         bus = MqttBus(url=broker.url, agent_id=agent_id, reconnect_min_s=0.05, keepalive=2)
         later = Agent(
             AgentSpec.from_data(spec_with),
