@@ -73,6 +73,16 @@ class Peer:
         sample = _recv(self.alive, timeout_s)
         return str(sample.kind).rsplit(".", 1)[-1]
 
+    def linked(self, timeout_s: float) -> None:
+        """Wait until the agent's event subscription is known here: a put now reaches it."""
+        probe = self.session.declare_publisher(f"forethought/{AGENT}/events/clear")
+        try:
+            until_holds_blocking(
+                lambda: probe.matching_status.matching, timeout_s, "the agent's subscription"
+            )
+        finally:
+            probe.undeclare()
+
     def close(self) -> None:
         self.session.close()
 
@@ -243,6 +253,7 @@ def test_peers_that_disappear_and_come_back(spec_file: Path, tiny_model_dir: Pat
         peer.close()
         peer = Peer(port)  # listening again at once on the same port (address reuse)
         assert peer.liveliness(30) == "PUT"
+        peer.linked(30)
         peer.put("clear", {"id": "back", "type": "clear", "params": {}})
         assert _json(_recv(peer.actions, 10))["id"] == "back"
     finally:
