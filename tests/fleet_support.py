@@ -126,34 +126,46 @@ async def bucket_holding(
     as not holding them yet, until ``timeout_s``; so does an empty read, which a node that
     rejoined before catching up gives.
     """
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while True:
+    read: dict[tuple[str, EventKey], int] | None = None
+
+    async def holding() -> bool:
+        nonlocal read
         try:
-            stored = await bucket(url, fleet)
+            read = await bucket(url, fleet)
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            if loop.time() > end:
-                raise
-            await asyncio.sleep(0.25)
-            continue
-        if keys <= set(stored):
-            return stored
-        if loop.time() > end:
-            missing = sorted(keys - set(stored), key=str)
-            raise AssertionError(f"the bucket still lacks {len(missing)} branches: {missing}")
-        await asyncio.sleep(0.25)
+            return False
+        return keys <= set(read)
+
+    try:
+        # A read costs the cluster a listing and a history per key: four a second are enough.
+        await until_holds(holding, timeout_s, "the bucket to hold the branches", every_s=0.25)
+    except AssertionError:
+        if read is None:  # never answered: the cluster's own error says why
+            await bucket(url, fleet)
+            raise
+        missing = sorted(keys - set(read), key=str)
+        raise AssertionError(f"the bucket still lacks {len(missing)} branches: {missing}") from None
+    assert read is not None
+    return read
 
 
 async def _history(kv: KeyValue, key: str) -> list[KeyValue.Entry]:
     """A listed key's history. Its watch can come back empty while the cluster settles (a
     node that just rejoined answers before it has caught up: seen as NoKeysError for a key
     ``keys()`` had just listed), so an empty read is tried again for a few seconds."""
-    for _ in range(40):
-        try:
-            return await kv.history(key)
-        except NoKeysError:
-            await asyncio.sleep(0.1)
-    return await kv.history(key)
+    entries: list[KeyValue.Entry] = []
+
+    async def listed() -> bool:
+        with contextlib.suppress(NoKeysError):
+            entries.extend(await kv.history(key))
+            return True
+        return False
+
+    try:
+        await until_holds(listed, 4.0, f"the history of {key}", every_s=0.1)
+    except AssertionError:
+        return await kv.history(key)  # its NoKeysError says what is wrong
+    return entries
 
 
 def _auth(fleet: FleetConfig) -> dict[str, object]:
@@ -165,9 +177,10 @@ def _auth(fleet: FleetConfig) -> dict[str, object]:
 async def settled(workers: list[FleetWorker], quiet_s: float = 1.0, timeout_s: float = 60) -> None:
     """Wait until every worker has slept with nothing left to write for ``quiet_s``."""
     loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
     quiet_since: float | None = None
-    while True:
+
+    def quiet() -> bool:
+        nonlocal quiet_since
         # Sleeping is not done: a planner backing off after a failed round sleeps too.
         idle = all(
             w.planner.sleeping and not w.pending_writes and not w.planner.pending_retries
@@ -178,8 +191,6 @@ async def settled(workers: list[FleetWorker], quiet_s: float = 1.0, timeout_s: f
             quiet_since = None
         elif quiet_since is None:
             quiet_since = now
-        elif now - quiet_since >= quiet_s:
-            return
-        if now > end:
-            raise AssertionError("the workers did not settle")
-        await asyncio.sleep(0.05)
+        return quiet_since is not None and now - quiet_since >= quiet_s
+
+    await until_holds(quiet, timeout_s, "the workers to settle", every_s=0.05)

@@ -33,11 +33,16 @@ async def until(cond: Callable[..., object], within: float) -> float | None:
 
 
 async def until_holds(
-    cond: Callable[[], object | Awaitable[object]], within: float, what: str
+    cond: Callable[[], object | Awaitable[object]],
+    within: float,
+    what: str,
+    *,
+    every_s: float = _EVERY_S,
 ) -> float:
     """Seconds until ``cond()`` holds; AssertionError naming ``what`` after ``within`` seconds.
 
-    ``cond`` may be a coroutine function (a condition read over the network, say).
+    ``cond`` may be a coroutine function (a condition read over the network, say); one that
+    costs the other side work (a read of a whole bucket) is polled less often: ``every_s``.
     """
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -49,16 +54,18 @@ async def until_holds(
                     got = await got
                 if got:
                     return loop.time() - t0
-                await asyncio.sleep(_EVERY_S)
+                await asyncio.sleep(every_s)
     except TimeoutError:
         raise AssertionError(f"timed out after {within:g} s waiting for {what}") from None
 
 
-def until_holds_blocking(cond: Callable[[], object], within: float, what: str) -> float:
+def until_holds_blocking(
+    cond: Callable[[], object], within: float, what: str, *, every_s: float = _EVERY_S
+) -> float:
     """:func:`until_holds` for a thread with no event loop (a test driving subprocesses)."""
     t0 = time.monotonic()
     while not cond():
         if time.monotonic() - t0 > within:
             raise AssertionError(f"timed out after {within:g} s waiting for {what}")
-        time.sleep(_EVERY_S)
+        time.sleep(every_s)
     return time.monotonic() - t0

@@ -22,6 +22,7 @@ from fleet_support import (
 )
 
 from forethought.models import ScriptedBackend
+from forethought.policies._events import EventKey
 from forethought.runtime import Agent, FleetConfig, Tier
 from forethought.runtime.fleet._record import decode_key
 from forethought.testing import NatsCluster
@@ -109,15 +110,21 @@ async def test_a_node_killed_mid_run_loses_no_branch_and_agents_keep_deciding(
                 await wait_for(lambda: len(w1.wrote) + len(w2.wrote) >= 1, 30, "a first branch")
                 cluster.kill(1)  # one node, while the workers plan and the agents decide
                 during = len(decider.tiers)
-                await asyncio.sleep(2.0)
+                await wait_for(
+                    lambda: (
+                        len(decider.since(during)) >= 3 * 10 and Tier.TREE in decider.since(during)
+                    ),
+                    30,
+                    "decisions while the node is down",
+                )
                 decided_while_down = decider.since(during)
                 cluster.start(1)
                 await settled([w1, w2])
-                await asyncio.sleep(0.5)
-                wrote = set(w1.wrote) | set(w2.wrote)
-                stored = await bucket(cluster.url, fleet)
+                wrote = {decode_key(k) for k in set(w1.wrote) | set(w2.wrote)}
+                # Read once it holds every write (the node back may answer before catching up).
+                stored = await bucket_holding(cluster.url, fleet, wrote, 30)
                 # No branch lost: every write the cluster acknowledged is still there, once.
-                assert {decode_key(k) for k in wrote} == set(stored)
+                assert wrote == set(stored)
                 assert set(stored.values()) == {1}
                 for robot in robots:
                     await wait_for(lambda r=robot: holds(r) >= set(stored), 15, "a full copy")
@@ -144,9 +151,17 @@ async def test_all_nodes_down_agents_keep_deciding_plan_alone_and_resync(
             start = len(decider.tiers)
             # Cut off, robot 0 enters a state the fleet has not planned: it plans it alone.
             robots[0].update_state({"zone": "dock"})
-            await asyncio.sleep(10.0)
+
+            def planned_alone() -> set[tuple[str, EventKey]]:
+                return {(n.fingerprint, n.key) for n in robots[0].tree.nodes()} - set(before)
+
+            await wait_for(
+                lambda: len(decider.since(start)) >= 2 * 100 and bool(planned_alone()),
+                120,
+                "deciding on, and robot 0 planning alone",
+            )
             while_down = decider.since(start)
-            own = {(n.fingerprint, n.key) for n in robots[0].tree.nodes()} - set(before)
+            own = planned_alone()
             cluster.start()
             # Back: robot 0's branches are offered, written once, and robot 1 catches up.
             # A 3-node cluster re-elects its JetStream leaders and the clients reconnect with

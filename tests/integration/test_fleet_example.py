@@ -15,14 +15,14 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
 from forethought.runtime import Tier
-from forethought.testing import free_port, nats_server_path
+from forethought.testing import free_port, nats_server_path, until_holds_blocking
 
 pytestmark = [pytest.mark.model, pytest.mark.smollm2, pytest.mark.fleet]
 
@@ -118,20 +118,31 @@ def test_two_robots_one_worker_one_server_decide_from_the_tree(
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs.iterdir())
 
     tiers: dict[str, list[str]] = {"r1": [], "r2": []}
+
+    def tree_answer(robot: str, send: list[str]) -> Callable[[], bool]:
+        def answered() -> bool:
+            """One event sent; whether the fleet's tree has answered this robot."""
+            for proc in processes:
+                assert proc.poll() is None, f"a process ended ({proc.args})"
+            reply = subprocess.run(send, env=env, cwd=ROOT, capture_output=True, check=False)
+            if reply.returncode == 0:  # else the agent is not up yet
+                decision = orjson.loads(reply.stdout.strip().splitlines()[-1])
+                tiers[robot].append(decision["tier"])
+            return Tier.TREE.value in tiers[robot]
+
+        return answered
+
     end = time.monotonic() + 1000
     for robot, send in (("r1", send1), ("r2", send2)):
-        while Tier.TREE.value not in tiers[robot]:
-            assert time.monotonic() < end, f"no tree answer for {robot}: {tiers}\n{tail()}"
-            for proc in processes:
-                assert proc.poll() is None, f"a process ended ({proc.args})\n{tail()}"
-            reply = subprocess.run(send, env=env, cwd=ROOT, capture_output=True, check=False)
-            if reply.returncode != 0:  # the agent is not up yet
-                time.sleep(2.0)
-                continue
-            decision = orjson.loads(reply.stdout.strip().splitlines()[-1])
-            tiers[robot].append(decision["tier"])
-            if decision["tier"] != Tier.TREE.value:
-                time.sleep(2.0)
+        try:
+            until_holds_blocking(
+                tree_answer(robot, send),
+                end - time.monotonic(),
+                f"a tree answer for {robot}",
+                every_s=2.0,
+            )
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {tiers}\n{tail()}") from None
     # Each robot got a decision from the fleet's tree: the one worker planned for both.
     assert Tier.TREE.value in tiers["r1"]
     assert Tier.TREE.value in tiers["r2"]

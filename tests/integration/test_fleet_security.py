@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from pathlib import Path
 
 import nats
@@ -16,7 +16,7 @@ from forethought.planner import PlannerConfig
 from forethought.policies import EventKey, PolicyNode
 from forethought.runtime import Agent, AgentConfig, FleetConfig, fleet_permissions
 from forethought.runtime.fleet._record import BranchRecord, prompt_hash
-from forethought.testing import NatsCluster, NatsUser
+from forethought.testing import NatsCluster, NatsUser, until_holds
 
 pytestmark = pytest.mark.fleet
 
@@ -76,13 +76,19 @@ async def test_an_agent_reads_the_tree_over_tls_and_is_refused_a_branch_write(
             )  # fmt: skip
             with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
                 await kv.put(record.key, record.encode())
-            await asyncio.sleep(0.2)
+
+            def refused() -> bool:
+                return any(
+                    "permissions violation for publish" in r.lower()
+                    and "$kv.ft-sec-tree." in r.lower()
+                    for r in refusals
+                )
+
+            with contextlib.suppress(AssertionError):  # the assertion below shows what came
+                await until_holds(refused, 10, "the server's refusal")
         finally:
             await nc.close()
-        assert any(
-            "permissions violation for publish" in r.lower() and "$kv.ft-sec-tree." in r.lower()
-            for r in refusals
-        ), refusals
+        assert refused(), refusals
         assert ("f" * 16, EventKey("clear")) not in await bucket(secured.url, planner)
         assert agent.tree.lookup("f" * 16, EventKey("clear")) is None
 

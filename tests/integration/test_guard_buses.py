@@ -13,7 +13,6 @@ executor's and the bus's, whatever the model writes.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,7 +26,7 @@ from forethought.planner import PlannerConfig
 from forethought.policies import PolicyNode
 from forethought.runtime import ExecutorConfig, MqttBus, ZenohBus, stamp_event, zenoh_config
 from forethought.runtime.transports._mqtt import payload_bytes
-from forethought.testing import MosquittoBroker, free_port
+from forethought.testing import MosquittoBroker, free_port, until_holds
 
 pytestmark = pytest.mark.broker
 
@@ -104,14 +103,12 @@ async def _drive(
     for i in range(EVENTS):
         if i % 500 == 0:
             agent.update_state({"person_in_doorway": (i // 500) % 2 == 0})
-        async with asyncio.timeout(30):
-            # Polled: Zenoh's channel is read by polling, so both buses are counted the same way.
-            while i - answered() >= WINDOW:  # noqa: ASYNC110
-                await asyncio.sleep(0.001)
+        # Polled: Zenoh's channel is read by polling, so both buses are counted the same way.
+        await until_holds(
+            lambda i=i: i - answered() < WINDOW, 30, "room in the window", every_s=0.001
+        )
         await publish(_event(i))
-    async with asyncio.timeout(60):
-        while answered() < EVENTS:  # noqa: ASYNC110 - polled, as above
-            await asyncio.sleep(0.01)
+    await until_holds(lambda: answered() >= EVENTS, 60, "every event answered", every_s=0.01)
 
 
 def _check(agent: Agent, actions: list[dict[str, Any]]) -> None:
@@ -174,11 +171,14 @@ async def test_zenoh_publishes_no_forbidden_action_in_10000_events() -> None:
             sub = session.declare_subscriber(
                 "forethought/gz/actions", zenoh.handlers.FifoChannel(EVENTS + 100)
             )
-            deadline = time.monotonic() + 10
-            while not session.info.routers_zid() and not session.info.peers_zid():
-                assert time.monotonic() < deadline, "the peer never connected"
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)  # the subscriptions declared on both sides
+            events = session.declare_publisher(
+                "forethought/gz/events/reading", congestion_control=zenoh.CongestionControl.BLOCK
+            )
+            # The link is up and the agent's subscription known here; this side's, declared
+            # before, went over the link first, ahead of any event.
+            await until_holds(
+                lambda: events.matching_status.matching, 10, "the agent's subscription"
+            )
 
             def answered() -> int:
                 while (got := sub.try_recv()) is not None:
@@ -186,11 +186,7 @@ async def test_zenoh_publishes_no_forbidden_action_in_10000_events() -> None:
                 return len(actions)
 
             async def publish(body: bytes) -> None:
-                session.put(
-                    "forethought/gz/events/reading",
-                    body,
-                    congestion_control=zenoh.CongestionControl.BLOCK,
-                )
+                events.put(body)
 
             await _drive(agent, publish, answered)
             _check(agent, actions)

@@ -145,7 +145,13 @@ async def test_the_retained_status_carries_the_report(
     async with agent:
         await bus.wait_connected(10)
         await agent.decide({"id": "x1", "type": "clear"})
-        await asyncio.sleep(0.6)  # a refresh or two after the decision
+        # A refresh after the decision is out: the broker retains it.
+        async with aiomqtt.Client("127.0.0.1", broker.port, identifier=f"{agent_id}-w") as c:
+            await c.subscribe(topic, qos=1)
+            async with asyncio.timeout(10):
+                async for m in c.messages:
+                    if orjson.loads(payload_bytes(m)).get("counters", {}).get("decisions"):
+                        break
         # A client that subscribes now gets the retained copy: what a dashboard sees first.
         async with aiomqtt.Client("127.0.0.1", broker.port, identifier=f"{agent_id}-late") as c:
             await c.subscribe(topic, qos=1)

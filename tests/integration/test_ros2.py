@@ -38,6 +38,7 @@ from forethought.runtime import (  # noqa: E402
     Tier,
 )
 from forethought.runtime.transports._ros2_wire import Attachment  # noqa: E402
+from forethought.testing import until_holds  # noqa: E402
 from forethought.testing._ros2_peer import ZenohRouter  # noqa: E402
 
 RANGE = "sensor_msgs/msg/Range"
@@ -111,6 +112,18 @@ class RawPeer:
         self.session.close()
 
 
+async def _linked(bus: Ros2Bus, peer: RawPeer) -> None:
+    """Wait until the bus's subscriptions are known to the router: a put now reaches the bus."""
+    heard = [
+        peer.session.declare_publisher(key) for key in bus.keys.values() if key != bus.action_key
+    ]
+    await until_holds(
+        lambda: all(p.matching_status.matching for p in heard), 10, "the bus's subscriptions"
+    )
+    for publisher in heard:
+        publisher.undeclare()
+
+
 @pytest.fixture
 async def bus_and_peer(router: ZenohRouter) -> AsyncIterator[tuple[Ros2Bus, RawPeer]]:
     bus = Ros2Bus(
@@ -118,8 +131,8 @@ async def bus_and_peer(router: ZenohRouter) -> AsyncIterator[tuple[Ros2Bus, RawP
     )
     async with bus:
         peer = RawPeer(router)
-        await asyncio.sleep(0.5)  # the subscriber is known to the router
         try:
+            await _linked(bus, peer)
             yield bus, peer
         finally:
             peer.close()
@@ -155,10 +168,8 @@ async def test_a_sample_becomes_an_event_and_a_state_topic_patches_the_next(
     bus, peer = bus_and_peer
     battery = peer.types.encode("sensor_msgs/msg/BatteryState", {"percentage": 0.5})
     peer.put(bus.keys["/battery"], battery)
-    for _ in range(50):  # two keys are two streams: the patch first, then the reading
-        if bus.stats.state_patches:
-            break
-        await asyncio.sleep(0.05)
+    # Two keys are two streams: the patch first, then the reading.
+    await until_holds(lambda: bus.stats.state_patches, 10, "the state patch")
     cdr = peer.range_cdr("front", 1.5)
     peer.put(bus.keys["/front/range"], cdr)
     event = await _next(bus)
@@ -182,12 +193,10 @@ async def test_bad_samples_deliver_nothing_and_are_counted(
     peer.put(key, peer.types.encode("std_msgs/msg/String", {"data": "x" * 40}))  # another type
     wrong_hash = key.rsplit("/", 1)[0] + "/RIHS01_" + "0" * 64
     peer.put(wrong_hash, good)  # another definition: another key, never delivered
-    for _ in range(50):
-        if bus.stats.received >= 4:
-            break
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.2)
-    assert bus.stats.received == 4  # the wrong hash never arrived
+    await until_holds(lambda: bus.stats.received >= 4, 10, "the four samples")
+    # The wrong hash never arrives: nothing subscribes to its key.
+    assert not peer.session.declare_publisher(wrong_hash).matching_status.matching
+    assert bus.stats.received == 4
     assert bus.stats.malformed == 4
     with pytest.raises(TimeoutError):
         await _next(bus, wait_s=0.3)
@@ -213,15 +222,18 @@ async def test_an_action_that_does_not_fit_sends_the_default_whole(router: Zenoh
             bus.action_key,
             lambda s: got.append((s.payload.to_bytes(), s.attachment and s.attachment.to_bytes())),
         )
-        await asyncio.sleep(0.5)
+        await _linked(bus, peer)
+        # The bus's action publisher knows this subscriber (through the router).
+        await until_holds(
+            lambda: bus._publisher is not None and bus._publisher.matching_status.matching,
+            10,
+            "the action subscriber",
+        )
         event = await _event_for(bus, peer)
         for action in ({"speed": 0.4}, {"speed": "fast"}, {"turn": 1}):
             decision = Decision(event.id, Tier.TREE, action, 0.001, 0.5, True)
             await bus.publish(event, decision)
-        for _ in range(50):
-            if len(got) >= 3:
-                break
-            await asyncio.sleep(0.05)
+        await until_holds(lambda: len(got) >= 3, 10, "the three actions")
         sub.undeclare()
         peer.close()
     twists = [Ros2Types().decode("geometry_msgs/msg/Twist", raw)["linear"]["x"] for raw, _ in got]

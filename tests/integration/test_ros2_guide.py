@@ -9,6 +9,7 @@ file (a temporary one) and the router (a free port, given with ``--zenoh``) chan
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,7 +17,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ pytest.importorskip("zenoh_ros2_sdk")
 
 from mcap.reader import make_reader  # noqa: E402
 
+from forethought.testing import until_holds_blocking  # noqa: E402
 from forethought.testing._ros2_peer import ZenohRouter  # noqa: E402
 
 pytestmark = [pytest.mark.model, pytest.mark.smollm2]
@@ -94,20 +95,24 @@ def test_the_live_command_joins_a_ros2_graph(tmp_path: Path) -> None:
             config.insert_json5("scouting/multicast/enabled", "false")
             observer = zenoh.open(config)
             tokens: list[str] = []
-            end = time.monotonic() + 600
-            while time.monotonic() < end and agent.poll() is None:
+
+            def in_the_graph() -> bool:
+                """The agent's four tokens are seen (or it has ended: the asserts say why)."""
+                if agent.poll() is not None:
+                    return True
                 replies = observer.liveliness().get("@ros2_lv/0/**", timeout=2.0)
-                tokens = [str(r.ok.key_expr) for r in replies if r.ok is not None]
-                if len(tokens) == 4:
-                    break
-                time.sleep(1.0)
+                tokens[:] = [str(r.ok.key_expr) for r in replies if r.ok is not None]
+                return len(tokens) == 4
+
+            with contextlib.suppress(AssertionError):  # the asserts below say what is missing
+                until_holds_blocking(in_the_graph, 600, "the agent's tokens", every_s=1.0)
             observer.close()
             assert agent.poll() is None, log.read_text()[-3000:]
             # what `ros2 node list` and `ros2 topic info` read: the node, two subscriptions,
             # the action publisher
             assert sorted(t.split("/")[5] for t in tokens) == ["MP", "MS", "MS", "NN"], tokens
             assert any(t.endswith("/NN/%/%/forethought") for t in tokens)
-            time.sleep(5)  # the planner has written the tree (18 keys) by now, or the default
+            # In the graph, the agent answers each reading in time: from its tree or the default.
             peer = subprocess.run(
                 [sys.executable, "-m", "forethought.testing._ros2_peer",
                  "--router-port", str(router.port), "--count", "5", "--warmup-s", "2"],

@@ -36,7 +36,7 @@ from forethought.policies import (
 )
 from forethought.runtime import Decision, Event, ExecutorConfig, Tier
 from forethought.runtime._executor import Executor
-from forethought.testing import LlamaServer, llama_server_path, until_holds
+from forethought.testing import LlamaServer, llama_server_path, until, until_holds
 
 pytestmark = [pytest.mark.server, pytest.mark.smollm2]
 
@@ -72,6 +72,17 @@ async def _idle(url: str, timeout_s: float = 5.0) -> float:
             return not any(s["is_processing"] for s in slots)
 
         return await until_holds(idle, timeout_s, "every slot idle")
+
+
+async def _processing(url: str, timeout_s: float = 30.0) -> float:
+    """Seconds until a slot of the server is processing: a call is being decoded."""
+    async with httpx.AsyncClient() as client:
+
+        async def busy() -> bool:
+            slots = (await client.get(f"{url}/slots")).json()
+            return any(s["is_processing"] for s in slots)
+
+        return await until_holds(busy, timeout_s, "a slot processing")
 
 
 async def test_generate_batch_and_prefix_cache(
@@ -241,7 +252,8 @@ async def test_deadline_closes_the_stream_and_frees_the_slot(server: LlamaServer
         assert backend._closing
         assert backend._in_flight == 1
         await asyncio.gather(*backend._closing)
-        await asyncio.sleep(0)  # the count goes down in the close's done-callback
+        # The count goes down in the close's done-callback, which runs after the close.
+        await until_holds(lambda: not backend._closing, 5, "the close's done-callback")
         assert not backend._closing
         assert backend._in_flight == 0
         freed = await _idle(server.url)
@@ -287,10 +299,7 @@ async def test_busy_slots_make_the_queue_term(smollm2_first_load: LoadedModel) -
                 # Someone else's long request holds the only slot.
                 body = {"prompt": "Once upon a time", "n_predict": 400, "ignore_eos": True}
                 other = asyncio.create_task(client.post(f"{one.url}/completion", json=body))
-                for _ in range(100):
-                    await asyncio.sleep(0.05)
-                    if backend.latency.queue_wait_s > 0:
-                        break
+                await until(lambda: backend.latency.queue_wait_s > 0, 5.0)
                 assert backend.stats.busy_slots == 1
                 assert backend.latency.queue_wait_s > 0
                 other.cancel()
@@ -306,7 +315,7 @@ async def test_server_killed_mid_call_then_restarted(
             call = asyncio.create_task(
                 backend.generate("", ["x"], LONG_NOTE, deadline=math.inf, max_new_tokens=600)
             )
-            await asyncio.sleep(0.3)
+            await _processing(srv.url)
             srv.stop()
             with pytest.raises(ServerUnavailable):
                 await call

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,12 @@ import pytest
 
 from forethought.models._model_load import LoadedModel
 from forethought.models._model_source import gguf_cache_dir, resolve_model
-from forethought.testing import LlamaServer, MosquittoBroker, llama_server_path
+from forethought.testing import (
+    LlamaServer,
+    MosquittoBroker,
+    llama_server_path,
+    until_holds_blocking,
+)
 
 pytestmark = [pytest.mark.server, pytest.mark.smollm2]
 
@@ -109,28 +113,29 @@ def test_forethought_run_decides_on_a_server_without_torch(
     )
     decisions: list[dict[str, Any]] = []
     model_tiers = {"score", "live", "tree"}
-    try:
-        end = time.monotonic() + 240
+
+    def answered() -> bool:
+        """One event sent; whether enough are decided."""
+        assert agent.poll() is None, agent.communicate()[1].decode()[-3000:]
+        reply = subprocess.run(
+            [cli, "send", "ping", "--mqtt", broker.url, "--agent-id", "tf"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if reply.returncode == 0:  # else the agent is not up yet
+            decisions.append(orjson.loads(reply.stdout.strip().splitlines()[-1]))
         # Until the model answers one (at most ten events): the first events after start may
         # come before a model call fits the deadline (the latency prior, a busy machine), and
         # those get the safe default by design. At least two, so a second event is decided too.
-        while len(decisions) < 2 or (
-            len(decisions) < 10 and not model_tiers & {d["tier"] for d in decisions}
-        ):
-            assert agent.poll() is None, agent.communicate()[1].decode()[-3000:]
-            assert time.monotonic() < end, "the agent never answered"
-            reply = subprocess.run(
-                [cli, "send", "ping", "--mqtt", broker.url, "--agent-id", "tf"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            if reply.returncode != 0:  # the agent is not up yet
-                time.sleep(1.0)
-                continue
-            decisions.append(orjson.loads(reply.stdout.strip().splitlines()[-1]))
+        return len(decisions) >= 2 and (
+            len(decisions) >= 10 or bool(model_tiers & {d["tier"] for d in decisions})
+        )
+
+    try:
+        until_holds_blocking(answered, 240, "the agent's answers", every_s=1.0)
     finally:
         agent.send_signal(signal.SIGTERM)
         out, err = agent.communicate(timeout=60)

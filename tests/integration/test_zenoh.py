@@ -21,7 +21,7 @@ from robot_spec import robot_spec
 
 from forethought.policies import ConfigError
 from forethought.runtime import ZenohConfig, ZenohSecurity, stamp_event, zenoh_config
-from forethought.testing import free_port
+from forethought.testing import free_port, until_holds_blocking
 
 zenoh = pytest.importorskip("zenoh")
 
@@ -73,18 +73,31 @@ class Peer:
         sample = _recv(self.alive, timeout_s)
         return str(sample.kind).rsplit(".", 1)[-1]
 
+    def linked(self, timeout_s: float) -> None:
+        """Wait until the agent's event subscription is known here: a put now reaches it."""
+        probe = self.session.declare_publisher(f"forethought/{AGENT}/events/clear")
+        try:
+            until_holds_blocking(
+                lambda: probe.matching_status.matching, timeout_s, "the agent's subscription"
+            )
+        finally:
+            probe.undeclare()
+
     def close(self) -> None:
         self.session.close()
 
 
 def _recv(channel: Any, timeout_s: float) -> Any:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        got = channel.try_recv()
-        if got is not None:
-            return got
-        time.sleep(0.005)
-    raise AssertionError(f"nothing arrived within {timeout_s} s")
+    got: list[Any] = []
+
+    def arrived() -> bool:
+        sample = channel.try_recv()
+        if sample is not None:
+            got.append(sample)
+        return bool(got)
+
+    until_holds_blocking(arrived, timeout_s, "a sample")
+    return got[0]
 
 
 def _json(sample: Any) -> dict[str, Any]:
@@ -188,8 +201,20 @@ def test_round_trip_decide_bad_input_and_flood(
         _drain(peer.actions)
         for i in range(400):
             peer.put("clear", {"id": f"f{i}", "type": "clear", "params": {}})
-        time.sleep(3)
-        decided = len(_drain(peer.actions))
+        flood: list[dict[str, Any]] = []
+
+        def every_kept_one_decided() -> bool:
+            """An action for each flood event the agent took and did not push out of its queue
+            (its health report says how many it pushed out: refreshed every few seconds)."""
+            flood.extend(_drain(peer.actions))
+            (health,) = list(peer.session.get(f"forethought/{AGENT}/health"))
+            bus = orjson.loads(health.ok.payload.to_bytes())["bus"]
+            return bus["received"] == 1 + 4 + 400 and len(flood) == 400 - bus["dropped_full"]
+
+        until_holds_blocking(
+            every_kept_one_decided, 60, "an action for every event kept", every_s=0.1
+        )
+        decided = len(flood)
         assert decided >= 1
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
@@ -226,9 +251,9 @@ def test_peers_that_disappear_and_come_back(spec_file: Path, tiny_model_dir: Pat
         assert peer.liveliness(120) == "PUT"
         # This side dies and comes back on the same endpoint: the agent reconnects.
         peer.close()
-        time.sleep(0.5)
-        peer = Peer(port)
+        peer = Peer(port)  # listening again at once on the same port (address reuse)
         assert peer.liveliness(30) == "PUT"
+        peer.linked(30)
         peer.put("clear", {"id": "back", "type": "clear", "params": {}})
         assert _json(_recv(peer.actions, 10))["id"] == "back"
     finally:
@@ -277,7 +302,8 @@ def test_tls_with_passwords(
             session.put(f"forethought/{AGENT}/events/obstacle", orjson.dumps(
                 {"id": "evil", "type": "obstacle", "params": {"side": "left"}}
             ))  # fmt: skip
-            time.sleep(1.0)
+            # Still no link: the put had nowhere to go, and cannot arrive later.
+            assert list(session.info.peers_zid()) == []
         assert "evil" not in {a["id"] for a in _drain(peer.actions)}
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 import yaml
+from virtual_time import elapse
 
 from forethought.commands._sim import run_sim
 from forethought.models import LatencyProfile, TransformersBackend
@@ -284,7 +285,7 @@ def test_a_call_refused_before_any_pass_pays_no_idle_cost_and_wakes_nothing(
             await backend.prepare(schema)
             log.entries.clear()  # preparing is not a call of the scenario
             for pause, budget in ((0.5, 0.001), (0.1, math.inf)):
-                await asyncio.sleep(pause)
+                await elapse(pause)
                 gens = await backend.generate(
                     "ctx", ["obstacle d=1"], schema, deadline=loop.time() + budget
                 )
@@ -342,7 +343,7 @@ def test_a_model_call_after_idle_time_is_charged_it_and_logged(
             await backend.prepare(schema)
             log.entries.clear()  # preparing is not a call of the scenario
             for pause in (0.0, 0.1, 0.5, 0.0, 1.0):
-                await asyncio.sleep(pause)
+                await elapse(pause)
                 await backend.generate("ctx", ["obstacle d=1"], schema, deadline=math.inf)
         return log.entries
 

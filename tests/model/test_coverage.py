@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 import pytest
 from pydantic import ValidationError
+from virtual_time import elapse
 
 from forethought.models import ScriptedBackend, TransformersBackend
 from forethought.models._gate import ModelGate
@@ -457,7 +458,7 @@ def test_the_cost_follows_what_the_live_tiers_achieved_per_type_with_decay() -> 
                     # True: they did; None: the tree answered it (nothing of the live tiers).
                     p.observe(key, live=live)
                     q.observe(key)
-                    await asyncio.sleep(0.1)
+                    await elapse(0.1)
             assert q.live_success() == dict.fromkeys(space.types, 0.0)
             success = p.live_success()
             assert success["obstacle"] == 0.0
@@ -468,9 +469,9 @@ def test_the_cost_follows_what_the_live_tiers_achieved_per_type_with_decay() -> 
             assert urgency["task"] == pytest.approx(1 - success["task"] * (1 - 0.3))
             assert q.branch_cost() == 0.0
             assert p.branch_cost() > 0.0
-            await asyncio.sleep(60.0)  # a half-life with no outcome: the 8 count for 4
+            await elapse(60.0)  # a half-life with no outcome: the 8 count for 4
             assert 0.75 < p.live_success()["task"] < success["task"]
-            await asyncio.sleep(600.0)
+            await elapse(600.0)
             assert p.live_success()["task"] < 0.05
 
     run_virtual(body())
@@ -806,7 +807,7 @@ def test_a_budgeted_planner_writes_its_most_valuable_branches_and_no_more() -> N
             )
             ranked = [b.key for b in p.candidates()]
             run = asyncio.create_task(p.run())
-            await asyncio.sleep(minutes * 60)
+            await elapse(minutes * 60)
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await run

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from executor_support import ACTION, SPACE, STATE
+from virtual_time import elapse
 
 from forethought.models import LatencyProfile, TransformersBackend
 from forethought.models._prompt import Prompt, state_context
@@ -37,7 +38,7 @@ async def _live_only_stream(
     )
     decisions = []
     for i in range(n):
-        await asyncio.sleep(every_s)
+        await elapse(every_s)
         now = loop.time()
         event = Event(str(i), "obstacle", {"d": 1.0}, arrived_at=now, deadline=now + budget_s)
         decisions.append(await ex.decide(event, STATE))

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from virtual_time import elapse
 
 from forethought.models import ScriptedBackend, ScriptMode
 from forethought.planner import PlannerConfig
@@ -122,7 +123,7 @@ class AgentMachine(RuleBasedStateMachine):
 
     @rule(ms=st.integers(1, 800))
     def let_time_pass(self, ms: int) -> None:
-        self.run(asyncio.sleep(ms / 1e3))
+        self.run(elapse(ms / 1e3))
 
     @rule(which=st.integers(0, 3), action=st.sampled_from(["stop", "slow", "go"]))
     def swap_a_branch_in(self, which: int, action: str) -> None:
@@ -140,7 +141,7 @@ class AgentMachine(RuleBasedStateMachine):
 
         async def go() -> None:
             task = asyncio.ensure_future(self.agent.decide(self._payload(which, event_id)))
-            await asyncio.sleep(after_ms / 1e3)
+            await elapse(after_ms / 1e3)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 self._check(await task)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from forethought._progress import Bars
 from forethought.commands._tree import run_tree
 from forethought.policies import ConfigError
 from forethought.sims import StrategyRun, shipped_scenarios
+from forethought.testing import until_holds_blocking
 
 SPEC = {
     "name": "door",
@@ -155,16 +156,25 @@ def test_the_wall_clock_share_of_each_strategy() -> None:
 def test_progress_prints_a_line_per_period_when_not_a_terminal(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    err: list[str] = []
+
+    def printed(start: str) -> Callable[[], bool]:
+        def seen() -> bool:
+            err.extend(capsys.readouterr().err.splitlines())
+            return any(line.startswith(start) for line in err)
+
+        return seen
+
     with Bars(enabled=False, every_s=0.2) as bars:
         with bars.wait("loading m"):
-            time.sleep(0.7)
+            until_holds_blocking(printed("loading m: "), 10, "a line for the open wait")
         advance = bars.bar("replay", 2)
         advance(1)
-        time.sleep(0.7)
+        until_holds_blocking(printed("replay: 1/2 ("), 10, "a line for the open bar")
         advance(1)
         quick = bars.bar("quick", 1)
         quick(1)  # over before the first line: silent
-    err = capsys.readouterr().err.splitlines()
+    err += capsys.readouterr().err.splitlines()
     assert any(line.startswith("loading m: ") and line.endswith(" s") for line in err), err
     assert any(line.startswith("loading m: done in ") for line in err), err
     assert any(line.startswith("replay: 1/2 (") for line in err), err

@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import yaml
+from virtual_time import elapse
 
 from forethought.models import ScriptedBackend
 from forethought.planner import PlannerConfig
@@ -104,7 +104,7 @@ def test_auto_revisits_a_method_whose_cold_measurement_misled() -> None:
             assert planner is not None
             for _ in range(40):  # every 0.25 s of planning, the way ``auto`` writes next
                 methods.append(planner.method())
-                await asyncio.sleep(0.25)
+                await elapse(0.25)
             return methods, planner.measured.as_dict()
 
     methods, measured = run_virtual(sampled())

@@ -169,7 +169,7 @@ async def test_a_zenoh_sample_says_when_it_was_sent_where_timestamping_is_on(
     from forethought import Agent, AgentSpec
     from forethought.models import ScriptedBackend
     from forethought.runtime import ZenohBus, zenoh_config
-    from forethought.testing import free_port
+    from forethought.testing import free_port, until_holds
 
     endpoint = f"tcp/127.0.0.1:{free_port()}"
     spec = AgentSpec.from_data(
@@ -187,17 +187,21 @@ async def test_a_zenoh_sample_says_when_it_was_sent_where_timestamping_is_on(
         session = await asyncio.to_thread(zenoh.open, config)
         try:
             answers = session.declare_subscriber("forethought/zt/*", zenoh.handlers.FifoChannel(64))
-            await asyncio.sleep(0.5)  # the link up
-            body = b'{"id": "z1", "type": "ping", "deadline_ms": 2000}'
-            session.put("forethought/zt/events/ping", body)
+            events = session.declare_publisher("forethought/zt/events/ping")
+            # The link is up and the agent's subscription known here: a put now reaches it.
+            await until_holds(
+                lambda: events.matching_status.matching, 10, "the agent's subscription"
+            )
+            events.put(b'{"id": "z1", "type": "ping", "deadline_ms": 2000}')
             got: dict[str, Any] = {}
-            async with asyncio.timeout(10):
-                while not got:
-                    sample = answers.try_recv()
-                    if sample is None:
-                        await asyncio.sleep(0.02)
-                        continue
-                    got = {"key": str(sample.key_expr), **orjson.loads(sample.payload.to_bytes())}
+
+            def answered() -> bool:
+                sample = answers.try_recv()
+                if sample is not None:
+                    got.update(key=str(sample.key_expr), **orjson.loads(sample.payload.to_bytes()))
+                return bool(got)
+
+            await until_holds(answered, 10, "the agent's answer")
         finally:
             await asyncio.to_thread(session.close)
     if timestamping:

@@ -3,7 +3,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import orjson
@@ -142,14 +141,14 @@ def test_a_process_killed_mid_save_leaves_old_or_new(tmp_path: Path) -> None:
             tree.save({str(path)!r}, schema="abc", model_id="m")
             print(gen, flush=True)
     """)
-    for delay in (0.9, 1.3, 1.7):
+    for saves in (1, 3, 5):
         with subprocess.Popen(
             [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
         ) as proc:
             assert proc.stdout is not None
-            first = proc.stdout.readline()  # at least one full save is done
-            assert first.strip().isdigit()
-            time.sleep(delay)
+            # ``saves`` full saves are done, and the next one is being written: kill it there.
+            for _ in range(saves):
+                assert proc.stdout.readline().strip().isdigit()
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
         tree = PolicyTree.load(path, schema="abc", model_id="m", max_nodes=100_000)
