@@ -63,7 +63,6 @@ _T = TypeVar("_T")
 _BATCH = 16  # the planner's batch size (PlannerConfig.batch_size's default)
 _IDLE_GAPS = (0.0, 0.02, 0.1, 0.3, 1.0)  # idle seconds before a call; 0: back to back
 _FIRST_IDLE_S = 1.0  # idle seconds before a fresh backend's first call
-_MAX_IDLE_S = 8.0  # the longest idle time measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,23 +388,14 @@ def measure_profile(
     spec = scenario.spec
     space = spec.event_space()
     texts = [k.describe() for e in scenario.events()[:8] if (k := space.key(e.type, e.params))]
-    # Idle times up to the scenario's own: the median, the third quartile and the ninetieth
-    # percentile of its gaps between events, where longer than the longest fixed one (a
-    # replay's calls come after about that long, and a longer pause costs more), up to
-    # _MAX_IDLE_S (the measurement waits each one out, every round).
+    # Idle times up to the scenario's own: its typical gap between events, where that is
+    # longer than the longest fixed one (a replay's live calls come after about that long).
+    # Not more of its gaps: a call is charged the cost of the longest measured idle time it
+    # waited past, and _idle needs every idle time from its threshold on to cost measurably,
+    # so one cheap long pause (noise) would make idle time free.
     at = [e.at_ms / 1e3 for e in scenario.events()]
-    between = sorted(b - a for a, b in itertools.pairwise(at))
-    quantiles = (
-        [between[min(int(q * len(between)), len(between) - 1)] for q in (0.5, 0.75, 0.9)]
-        if between
-        else []
-    )
-    longer = {
-        min(round(g, 1), _MAX_IDLE_S)
-        for g in (quantiles if len(between) > 1 else [])
-        if g > _IDLE_GAPS[-1] + 0.05
-    }
-    gaps = (*_IDLE_GAPS, *sorted(longer))
+    typical = statistics.median(b - a for a, b in itertools.pairwise(at)) if len(at) > 2 else 0.0
+    gaps = (*_IDLE_GAPS, round(typical, 1)) if typical > _IDLE_GAPS[-1] + 0.05 else _IDLE_GAPS
     samples = asyncio.run(
         _measure_calls(
             backend.sharing(clock=log),
