@@ -116,23 +116,29 @@ def one_round(code: str) -> dict[str, Any]:
     }
 
 
-def load_round() -> dict[str, Any]:
-    """Load the embedded model once in a fresh interpreter: import and load seconds."""
+def _probe(code: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter, offline; the words of its last line."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    out = subprocess.run(
-        [sys.executable, "-c", _LOAD_PROBE],
+    done = subprocess.run(
+        [sys.executable, "-c", code],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=900,
         check=True,
-    ).stdout.split()
+    )
+    return done.stdout.splitlines()[-1].split()
+
+
+def load_round() -> dict[str, Any]:
+    """Load the embedded model once in a fresh interpreter: import and load seconds."""
+    imported, load, again, replayed = _probe(_LOAD_PROBE)
     return {
-        "import_s": float(out[-4]),
-        "load_s": float(out[-3]),
-        "again_s": float(out[-2]),
-        "replayed": out[-1] == "1",
+        "import_s": float(imported),
+        "load_s": float(load),
+        "again_s": float(again),
+        "replayed": replayed == "1",
     }
 
 
@@ -140,17 +146,8 @@ def engine_round() -> dict[str, Any] | None:
     """Start the managed llama-server once in a fresh interpreter; None when it is not built."""
     if llama_server_path() is None:
         return None
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    out = subprocess.run(
-        [sys.executable, "-c", _ENGINE_PROBE],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout.split()
-    return {"engine_import_s": float(out[-2]), "engine_start_s": float(out[-1])}
+    imported, start = _probe(_ENGINE_PROBE)
+    return {"engine_import_s": float(imported), "engine_start_s": float(start)}
 
 
 def measure(rounds: int) -> dict[str, Any]:
