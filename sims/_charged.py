@@ -145,6 +145,11 @@ class ChargedClock:
                 cost = longer
         return cost.at(self._rng.random())
 
+    def _first_call_draw(self) -> float:
+        """The factor the call starting now scales its passes by: 1 unless it is the first."""
+        first = self._profile.first_call_factor
+        return first.at(self._rng.random()) if self._fresh and first.quantiles else 1.0
+
     def select_cost(self) -> float:
         """What one decision's own work in the executor costs (one draw, on the loop)."""
         cost = self._profile.select_cost
@@ -190,8 +195,7 @@ class ChargedClock:
         draws them.
         """
         total = self.call_cost() + self.idle_cost()
-        first = self._profile.first_call_factor
-        factor = first.at(self._rng.random()) if self._fresh and first.quantiles else 1.0
+        factor = self._first_call_draw()
         self._fresh = False
         self.charged_s += total
         self.overhead_s += total
@@ -219,9 +223,7 @@ class ChargedClock:
         """
         seconds = self.call_cost()
         self._cold_s, self._ran = self._idle_draw(), False
-        first = self._profile.first_call_factor
-        if self._fresh and first.quantiles:
-            self._factor = first.at(self._rng.random())
+        self._factor = self._first_call_draw()
         self.charged_s += seconds
         self.overhead_s += seconds
         if seconds > 0:
