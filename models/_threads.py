@@ -24,7 +24,7 @@ import torch
 
 from forethought.policies import DeadlinePassed
 
-__all__ = ["ThreadChoice", "choose_threads"]
+__all__ = ["ThreadChoice", "choose_threads", "pin_threads"]
 
 _log = logging.getLogger("forethought.model")
 
@@ -81,3 +81,9 @@ def choose_threads(call: Callable[[float], object]) -> ThreadChoice:
         )
         return ThreadChoice(1, many, one, kept_all=False)
     return ThreadChoice(threads, many, one)
+
+
+def pin_threads(threads: int) -> ThreadChoice:
+    """Decode on ``threads`` threads, as given (no timing): a choice made by the caller."""
+    torch.set_num_threads(threads)
+    return ThreadChoice(threads, math.nan, math.nan)

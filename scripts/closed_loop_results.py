@@ -31,6 +31,7 @@ from forethought.sims import (
     closed_loop_score,
     closed_loop_table,
     load_scenario,
+    replay_threads,
     resolve_profile,
     scenario_world,
 )
@@ -75,7 +76,12 @@ def main() -> int:
     parser.add_argument("--profile", default="cpu-2core-smollm2")
     parser.add_argument("--notes", default=None)
     args = parser.parse_args()
-    backend = TransformersBackend(model=DEFAULT_MODEL, device="cpu", dtype="float32")
+    backend = TransformersBackend(
+        model=DEFAULT_MODEL,
+        device="cpu",
+        dtype="float32",
+        threads=replay_threads("virtual", args.profile),
+    )
     backend.load()
     profile = resolve_profile(args.profile, backend)
     rows: list[dict[str, Any]] = []

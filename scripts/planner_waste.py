@@ -28,7 +28,14 @@ import orjson
 
 from forethought.models import TransformersBackend
 from forethought.planner import PlannerBudget, PlannerConfig
-from forethought.sims import load_scenario, metrics, replay, resolve_profile, shipped_scenarios
+from forethought.sims import (
+    load_scenario,
+    metrics,
+    replay,
+    replay_threads,
+    resolve_profile,
+    shipped_scenarios,
+)
 
 
 def _commit() -> str:
@@ -57,7 +64,9 @@ def main() -> None:
     ap.add_argument("--note", default="", help="said beside each row (say, 'written after')")
     ap.add_argument("names", nargs="*", help="shipped scenario names or scenario files")
     args = ap.parse_args()
-    backend = TransformersBackend(model="smollm2-135m")
+    backend = TransformersBackend(
+        model="smollm2-135m", threads=replay_threads("virtual", args.profile)
+    )
     backend.load()
     profile = resolve_profile(args.profile, backend)
     data: dict[str, Any] = {

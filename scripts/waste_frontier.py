@@ -17,7 +17,7 @@ from typing import Any
 
 from forethought.models import TransformersBackend
 from forethought.planner import PlannerConfig
-from forethought.sims import load_scenario, metrics, replay, shipped_scenarios
+from forethought.sims import load_scenario, metrics, replay, replay_threads, shipped_scenarios
 from forethought.sims._fidelity import add_references
 from forethought.sims._levers import fixed_profile
 
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("names", nargs="*", help="scenario names (default: every shipped one)")
     args = ap.parse_args()
     floors = [float(f) for f in args.floors.split(",")]
-    backend = TransformersBackend(model="smollm2-135m")
+    backend = TransformersBackend(model="smollm2-135m", threads=replay_threads("virtual"))
     backend.load()
     for path in shipped_scenarios():
         sc = load_scenario(path)

@@ -23,7 +23,7 @@ from ._mcap_record import record_replay
 from ._measure import measure_profile
 from ._minigrid import minigrid_world
 from ._mqtt_replay import replay_over_mqtt
-from ._profiles import PROFILES, resolve_profile
+from ._profiles import PROFILES, replay_threads, resolve_profile
 from ._records import Record, StrategyRun
 from ._replay import STRATEGIES, replay
 from ._report import metrics, table, write_decisions, write_json, write_report
@@ -67,6 +67,7 @@ __all__ = [
     "record_replay",
     "replay",
     "replay_over_mqtt",
+    "replay_threads",
     "resolve_profile",
     "scenario_world",
     "shipped_scenarios",

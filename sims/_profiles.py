@@ -28,6 +28,7 @@ __all__ = [
     "measure_profile",
     "profile_figures",
     "profile_list",
+    "replay_threads",
     "resolve_profile",
     "validate_profiles",
 ]
@@ -217,3 +218,20 @@ def validate_profiles(text: str) -> list[str]:
         if entry != "cpu-measured":
             resolve_profile(entry)
     return entries
+
+
+def replay_threads(clock: str, *profiles: object) -> int | None:
+    """Torch's threads for a replay: one on virtual time charged by fixed profiles, else chosen.
+
+    A pass's floating-point results, and so the tokens it picks, depend on torch's thread
+    count. On virtual time charged by a fixed profile nothing else of the machine reaches a
+    decision, so one thread makes a replay's output the same on every machine with the same
+    torch build and CPU instruction set, whatever its core count or load. A measured profile
+    (``cpu-measured``) times this machine's passes as it will decode them, so it keeps the
+    count chosen at load, as the real clock does.
+    """
+    if clock != "virtual":
+        return None
+    if any(isinstance(p, str) and "cpu-measured" in p for p in profiles):
+        return None
+    return 1

@@ -37,6 +37,7 @@ from forethought.sims import (
     record_replay,
     replay,
     replay_over_mqtt,
+    replay_threads,
     resolve_profile,
     shipped_scenarios,
     table,
@@ -95,8 +96,8 @@ def _profile(
     return DEFAULT_PROFILE, PROFILES[DEFAULT_PROFILE]
 
 
-def _load(model: str, device: str, dtype: str) -> TransformersBackend:
-    backend = TransformersBackend(model=model, device=device, dtype=dtype)
+def _load(model: str, device: str, dtype: str, *, threads: int | None) -> TransformersBackend:
+    backend = TransformersBackend(model=model, device=device, dtype=dtype, threads=threads)
     backend.load()
     return backend
 
@@ -138,7 +139,9 @@ def run_sim(
             mqtt=mqtt, planner=planner, record=record, engine=engine, clock=clock
         )
         with Bars() as bars, bars.wait(f"loading {model}"):
-            loaded = _load(model, device, dtype)
+            loaded = _load(
+                model, device, dtype, threads=replay_threads(clock, profile, scenario.profile)
+            )
         named = ("-", PROFILES[DEFAULT_PROFILE]) if clock == "real" else None
         loop_runs = run_closed_loop(
             scenario, loaded, names=names, clock=clock,
@@ -158,7 +161,9 @@ def run_sim(
         )
     _check_engine(engine, clock)
     with Bars() as bars, bars.wait(f"loading {model}"):
-        backend = _load(model, device, dtype)
+        backend = _load(
+            model, device, dtype, threads=replay_threads(clock, profile, scenario.profile)
+        )
     if clock == "both":
         return _both(scenario, backend, names, profile, seed, model, json_path)
     n = len(scenario.events()) * len(names)
@@ -421,9 +426,9 @@ def run_matrix(
     (A loop that prints its table row by row as replays finish: a long run shows progress.)
     """
     strategies = strategy_names(strategy)
-    backend = _load(model, device, dtype)
-    paths = scenarios or shipped_scenarios()
     names = profiles or list(PROFILES)
+    backend = _load(model, device, dtype, threads=replay_threads("virtual", *names))
+    paths = scenarios or shipped_scenarios()
     rows: list[dict[str, Any]] = []
     header = (
         f"{'scenario':<22}{'profile':<19}{'strategy':<11}"

@@ -14,7 +14,7 @@ import orjson
 from forethought.commands._sim import _load, _profile
 from forethought.commands._sim_closed_loop import open_loop_only
 from forethought.policies import ConfigError
-from forethought.sims import FleetRun, fleet_replay, load_scenario
+from forethought.sims import FleetRun, fleet_replay, load_scenario, replay_threads
 from forethought.sims.internals import FleetStates
 
 __all__ = ["fleet_sizes", "fleet_table", "run_fleet_sim"]
@@ -86,7 +86,9 @@ def run_fleet_sim(
 ) -> list[FleetRun]:
     """Replay each fleet size in turn, print the table, write the JSON (if asked)."""
     scenario = open_loop_only(load_scenario(scenario_path), "--fleet")
-    backend = _load(model, device, dtype)
+    backend = _load(
+        model, device, dtype, threads=replay_threads("virtual", profile, scenario.profile)
+    )
     pname, prof = _profile(profile, scenario, backend)
     runs = []
     for n in sizes:

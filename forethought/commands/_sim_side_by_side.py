@@ -29,6 +29,7 @@ from forethought.sims import (
     load_scenario,
     metrics,
     replay,
+    replay_threads,
     resolve_profile,
     write_report,
 )
@@ -254,7 +255,12 @@ def run_profiles(
     scenario = first_events(open_loop_only(load_scenario(scenario_path), "--profile"), events)
     with Bars() as bars:
         with bars.wait(f"loading {model} (the first load converts it)"):
-            backend = TransformersBackend(model=model, device=device, dtype=dtype)
+            backend = TransformersBackend(
+                model=model,
+                device=device,
+                dtype=dtype,
+                threads=replay_threads("virtual", *profiles),
+            )
             backend.load()
         return run_side_by_side(
             scenario,

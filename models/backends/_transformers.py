@@ -39,7 +39,7 @@ from .._latency import LatencyModel
 from .._model_load import LoadedModel, load_model
 from .._model_source import DEFAULT_MODEL, resolve_model
 from .._prompt import Prompt, PromptEncoder
-from .._threads import ThreadChoice, choose_threads
+from .._threads import ThreadChoice, choose_threads, pin_threads
 from .._warm_record import WarmRecord, machine_key, still_as_fast
 from .._worker import ModelWorker
 from ..grammar._bounds import bounded_schema, max_output_chars
@@ -71,6 +71,10 @@ class TransformersBackend:
         options: how to decode (default: compact, constrained, prefix reuse, jump-forward).
         cache_dir: where converted weights are cached (default: ``$FORETHOUGHT_CACHE`` or
             ``~/.cache/forethought``).
+        threads: torch's threads on the CPU (default: chosen at load, see
+            :mod:`forethought.models._threads`). A virtual-clock replay gives 1: a pass's
+            floating-point results, and so the tokens it picks, depend on the thread count,
+            and the replay's decisions must not depend on the machine it runs on.
 
     """
 
@@ -86,11 +90,15 @@ class TransformersBackend:
         latency: LatencyModel | None = None,
         options: DecodeOptions | None = None,
         cache_dir: Path | None = None,
+        threads: int | None = None,
     ) -> None:
         if grammar not in ENGINES:
             raise ConfigError("grammar", grammar, f"choose one of {ENGINES}")
         if prefix_cache_size < 1:
             raise ConfigError("prefix_cache_size", prefix_cache_size, "must be at least 1")
+        if threads is not None and threads < 1:
+            raise ConfigError("threads", threads, "give at least 1, or None to choose at load")
+        self._given_threads = threads
         self._source = resolve_model(model)
         self._device_name = device
         self._dtype = dtype
@@ -149,9 +157,12 @@ class TransformersBackend:
             )
             self._engine = make_engine(self._grammar_name, loaded.tokenizer, _vocab(loaded))
             self._prompts = PromptEncoder(loaded.tokenizer)
+            if loaded.device == "cpu" and self._given_threads is not None:
+                # Before the warm record is read: its key names the thread count.
+                self.threads = pin_threads(self._given_threads)
             if warm_up and self._latency.observed == 0 and self._replay_warm_up(loaded):
                 return self.loaded
-            if loaded.device == "cpu":
+            if loaded.device == "cpu" and self._given_threads is None:
                 self.threads = choose_threads(lambda deadline: _small_call(loaded, deadline))
             self._adopt(loaded)
             if warm_up:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
+from forethought.models import TransformersBackend
 from forethought.models._threads import choose_threads
-from forethought.policies import DeadlinePassed
+from forethought.policies import ConfigError, DeadlinePassed
 
 
 @pytest.fixture
@@ -51,3 +53,21 @@ def test_all_threads_are_kept_on_a_quiet_machine(two_threads: None) -> None:
     assert choice.threads == 2
     assert torch.get_num_threads() == 2
     assert not math.isnan(choice.one_thread_s)
+
+
+def test_a_given_thread_count_is_kept_without_timing(
+    two_threads: None, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    backend = TransformersBackend(
+        model=str(tiny_model_dir), device="cpu", dtype="float32", cache_dir=tmp_path, threads=1
+    )
+    backend.load()
+    assert torch.get_num_threads() == 1
+    assert backend.threads is not None
+    assert backend.threads.threads == 1
+    assert math.isnan(backend.threads.one_thread_s)  # given, not timed
+
+
+def test_a_thread_count_below_one_is_refused_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match="threads"):
+        TransformersBackend(threads=0)

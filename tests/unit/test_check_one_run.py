@@ -17,7 +17,7 @@ import yaml
 
 from forethought.commands._check import check_file, run_check
 from forethought.policies import ConfigError
-from forethought.sims._profiles import profile_list, validate_profiles
+from forethought.sims._profiles import profile_list, replay_threads, validate_profiles
 
 KITCHEN: dict[str, Any] = {
     "name": "kitchen-arm",
@@ -156,3 +156,16 @@ def test_a_profile_list_groups_figures() -> None:
         "cpu-8b-q4",
     ]
     assert validate_profiles("cpu-measured,gpu-8b") == ["cpu-measured", "gpu-8b"]
+
+
+def test_a_replay_on_fixed_profiles_decodes_on_one_thread() -> None:
+    # Its decisions then do not depend on the machine's core count or load.
+    assert replay_threads("virtual", "cpu-2core-smollm2", None) == 1
+    assert replay_threads("virtual", "step_ms=8.6,prefill_us_per_token=50") == 1
+    # A measured profile times the passes as this machine decodes them: its count is chosen.
+    assert replay_threads("virtual", "cpu-measured") is None
+    assert replay_threads("virtual", "gpu-8b,cpu-measured") is None
+    assert replay_threads("virtual", None, "cpu-measured") is None
+    # The real clock decodes as a deployment does.
+    assert replay_threads("real", "gpu-8b") is None
+    assert replay_threads("both", None) is None
