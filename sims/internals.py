@@ -20,7 +20,7 @@ if _typing.TYPE_CHECKING:
     from ._fidelity import add_references
     from ._file_schema import spec_file_schema
     from ._fleet_replay import FleetStates
-    from ._levers import LEVERS, fixed_profile, lever_runs
+    from ._levers import LEVERS, fixed_profile, lever_runs, without_abstraction
     from ._naive_cache import decode_naive, decode_references, naive_prompts
     from ._profiles import profile_figures, validate_profiles
     from ._ros2_record import record_ros2
@@ -47,6 +47,7 @@ __all__ = [
     "scenario_ros2_map",
     "spec_file_schema",
     "validate_profiles",
+    "without_abstraction",
 ]
 
 # Name -> the private module that defines it (relative to this package).
@@ -69,6 +70,7 @@ _WHERE = {
     "scenario_ros2_map": "._ros2_recording",
     "spec_file_schema": "._file_schema",
     "validate_profiles": "._profiles",
+    "without_abstraction": "._levers",
 }
 
 
