@@ -46,6 +46,8 @@ log = logging.getLogger("forethought.watchdog")
 class WatchdogStats:
     """What the watchdog saw."""
 
+    looks: int = 0
+    """How many times the thread compared the last heartbeat with the clock."""
     stalls: int = 0
     defaults_emitted: int = 0
     emit_failures: int = 0
@@ -57,6 +59,7 @@ class WatchdogStats:
     def as_dict(self) -> dict[str, Any]:
         """The counters, for ``agent.stats()``."""
         return {
+            "looks": self.looks,
             "stalls": self.stalls,
             "defaults_emitted": self.defaults_emitted,
             "emit_failures": self.emit_failures,
@@ -163,6 +166,7 @@ class StallWatchdog:
         while not self._stop.wait(self._tick_s):
             now = self._clock()
             with self._lock:
+                self.stats.looks += 1
                 if now - self._beat <= self._stall_s:
                     continue
                 if self._stalled_since is None:

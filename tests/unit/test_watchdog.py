@@ -104,9 +104,12 @@ async def test_no_stall_no_default() -> None:
     calls: list[Decision] = []
     async with _agent(calls.append) as agent:
         d = await agent.decide({"id": "n1", "type": "obstacle", "params": {"side": "left"}})
-        await asyncio.sleep(0.3)
-        assert agent.watchdog is not None
-        assert agent.watchdog.stats.stalls == 0
+        watchdog = agent.watchdog
+        assert watchdog is not None
+        # The thread looks every tick (2 ms): 150 looks span three stall thresholds (100 ms)
+        # with the loop free, and none sees a stall.
+        await until_holds(lambda: watchdog.stats.looks >= 150, 10.0, "150 looks")
+        assert watchdog.stats.stalls == 0
     assert calls == []
     assert ("loop", "stalled: the watchdog answered") not in d.skipped
 
