@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from forethought.models import GenerationStatus, ModelBackend
 from forethought.models.internals import ModelGate, state_context
@@ -48,6 +48,7 @@ from ._decision import Decision, Tier, late_reason, wall_ns
 from ._event import Event
 from ._guard_counts import GuardCounts
 from ._id_window import EXECUTOR_MAX_IDS, EXECUTOR_WINDOW_S, IdWindow
+from ._renamed_keys import renamed_keys
 from ._skipped import does_not_fit
 from ._tier_backoff import TierBackoff
 from ._watchdog import StallWatchdog
@@ -55,7 +56,10 @@ from ._watchdog import StallWatchdog
 __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
 
 log = logging.getLogger("forethought.executor")
-_PROBE_S = 60.0  # a latency probe's deadline: long enough to finish even on a slow moment
+_RENAMED = {"probe_after_s": "measure_after_s"}
+"""Fields of :class:`ExecutorConfig` renamed (old -> new): the old names are read, with a
+warning once, until the next release."""
+_MEASURE_S = 60.0  # a latency measurement's deadline: long enough to finish on a slow moment
 _R = TypeVar("_R")
 _Answer = tuple[dict[str, Any], BaseModel]
 """A model tier's answer: the readable action, and the model the validator of record made."""
@@ -92,16 +96,24 @@ class ExecutorConfig(BaseModel):
     """Keep each score or live answer as the tree's branch for its exact (state, event key),
     so the next such event is a tree hit (with the tree tier on; a planned branch is never
     replaced)."""
-    probe_after_s: float = Field(default=2.0, gt=0)
+    measure_after_s: float = Field(default=2.0, gt=0)
     """When the live tier's p95 keeps it from starting and the latency model has measured
-    nothing for this long, one call is made in the background (at the planner's priority, so
-    any event's call preempts it) to measure the model again. A tier that never runs is never
+    nothing for this long, one call is made in the background (a latency measurement, at the
+    planner's priority, so any event's call preempts it) to measure the model again. Its old
+    name ``probe_after_s`` is still read, with a warning, until the next release. A tier that
+    never runs is never
     measured: without this, a p95 learned in a slow moment (a cold start, a busy neighbour)
     would keep the live tier off for good once the model is fast again. The same holds when
     the model refuses a live call before any pass (``not_started``): the state's prompt is then
     usually not cached, its prefill alone is longer than the budget, and the background call
     is what prefills it. On a server backend, a live call whose p95 does not fit because the
     state's prompt was never sent starts that call at once, whatever the measurements' age."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        """Read the old names of renamed fields (see ``_RENAMED``), warning once each."""
+        return renamed_keys(data, _RENAMED, where="executor")
 
 
 @dataclass(slots=True)
@@ -233,7 +245,7 @@ class Executor:
         # Model calls that keep losing their events are not started (:mod:`._tier_backoff`).
         self._backoff = TierBackoff()
         self._evidence = (-1, 0.0)  # latency measurements seen, and when that count changed
-        self._probe: asyncio.Task[None] | None = None
+        self._measuring: asyncio.Task[None] | None = None
 
     @property
     def gate(self) -> ModelGate:
@@ -560,21 +572,22 @@ class Executor:
         end: float,
         call: Callable[[], Awaitable[_R]],
         skipped: list[tuple[str, str]],
-        probe: Callable[[], Awaitable[object]] | None = None,
+        measure: Callable[[], Awaitable[object]] | None = None,
         *,
         cold: bool = False,
     ) -> _R | None:
         """Run one model tier if its p95 fits, holding the model, abandoned at the budget.
 
-        ``probe``: what to run in the background when the p95 does not fit and the latency
-        model's measurements are stale (see ``ExecutorConfig.probe_after_s``), or at once when
+        ``measure``: the latency measurement to run in the background when the p95 does not
+        fit and the latency model's measurements are stale (see
+        ``ExecutorConfig.measure_after_s``), or at once when
         ``cold`` (the state's prompt is not in the server's cache).
         """
         now = asyncio.get_running_loop().time()
         if now + predicted_s > end:
             skipped.append((tier, does_not_fit(predicted_s, end - now)))
-            if probe is not None:
-                self._probe_if_stale(probe, cold=cold)
+            if measure is not None:
+                self._measure_if_stale(measure, cold=cold)
             return None
         try:
             async with asyncio.timeout_at(end), self._gate.urgent():
@@ -588,7 +601,7 @@ class Executor:
         return None
 
     def _stale(self) -> bool:
-        """Whether the latency model has measured nothing for ``probe_after_s``."""
+        """Whether the latency model has measured nothing for ``measure_after_s``."""
         assert self._backend is not None
         now = asyncio.get_running_loop().time()
         seen, since = self._evidence
@@ -596,37 +609,38 @@ class Executor:
         if observed != seen:
             self._evidence = (observed, now)
             return False
-        return now - since >= self._config.probe_after_s
+        return now - since >= self._config.measure_after_s
 
-    def _probe_if_stale(
-        self, probe: Callable[[], Awaitable[object]], *, cold: bool = False
+    def _measure_if_stale(
+        self, measure: Callable[[], Awaitable[object]], *, cold: bool = False
     ) -> None:
         """Measure the model again in the background when its measurements are stale.
 
-        One probe at a time. ``cold``: the state's prompt is not in the server's cache, so the
-        probe is started whatever the measurements' age: it is what prefills that prompt, and
+        One measurement at a time. ``cold``: the state's prompt is not in the server's cache, so
+        the measurement is started whatever the measurements' age: it is what prefills that
+        prompt, and
         until it has, every event in this state is predicted to prefill it too.
         """
         stale = self._stale()  # first: it also notes the latest measurement's time
-        if not (stale or cold) or (self._probe is not None and not self._probe.done()):
+        if not (stale or cold) or (self._measuring is not None and not self._measuring.done()):
             return
 
         async def run() -> None:
             try:
-                await probe()
-            except Exception as exc:  # a failed probe measures nothing; the tier stays off
-                log.info("latency probe failed: %r", exc)
+                await measure()
+            except Exception as exc:  # a failed measurement measures nothing; the tier stays off
+                log.info("latency measurement failed: %r", exc)
 
         self._evidence = (self._evidence[0], asyncio.get_running_loop().time())
-        self._probe = asyncio.get_running_loop().create_task(run(), name="executor.probe")
+        self._measuring = asyncio.get_running_loop().create_task(run(), name="executor.measure")
 
     async def aclose(self) -> None:
-        """Stop a latency probe under way (the agent calls this as it stops)."""
-        probe, self._probe = self._probe, None
-        if probe is not None and not probe.done():
-            probe.cancel()
+        """Stop a latency measurement under way (the agent calls this as it stops)."""
+        measuring, self._measuring = self._measuring, None
+        if measuring is not None and not measuring.done():
+            measuring.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await probe
+                await measuring
 
     def _backed_off(self, tier: str, kind: tuple[str, int], skipped: list[tuple[str, str]]) -> bool:
         """Whether not to start ``tier``'s call for this kind of event (type, prompt length).
@@ -714,13 +728,13 @@ class Executor:
         else:
             predicted = lat.call(self._config.event_tokens, lat.typical_steps()).p95
 
-        async def probe() -> None:
+        async def measure() -> None:
             async with self._gate.background() as cancel:
                 await backend.generate(
                     context,
                     [text],
                     schema,
-                    deadline=asyncio.get_running_loop().time() + _PROBE_S,
+                    deadline=asyncio.get_running_loop().time() + _MEASURE_S,
                     cancel=cancel,
                     max_new_tokens=self._config.live_max_new_tokens,
                 )
@@ -738,7 +752,7 @@ class Executor:
                 max_new_tokens=self._config.live_max_new_tokens,
             ),
             skipped,
-            probe,
+            measure,
             cold=cold,
         )
         if gens is None:
@@ -756,8 +770,8 @@ class Executor:
                 # The model refused before any pass: most often the state's prompt is not
                 # cached and its prefill alone is longer than any event's budget. Nothing
                 # on the event path would ever prefill it, so the tier would stay off for
-                # good; the probe prefills it (and measures) in the background.
-                self._probe_if_stale(probe)
+                # good; the latency measurement prefills it (and measures) in the background.
+                self._measure_if_stale(measure)
             skipped.append(("live", gen.status.value))
             return None
         return answer

@@ -133,8 +133,8 @@ def _live_calls(s: dict[str, Any], clock: str, name: str) -> list[str]:
     ]
     budgets = [e["budget_ms"] for e in declined if e["budget_ms"] is not None]
     live = [c for c in log if c["kind"] == "live"]
-    probes = [c for c in log if c["kind"] == "probe"]
-    ran = live + probes
+    measured = [c for c in log if c["kind"] == "measure"]
+    ran = live + measured
     forward = [c["forward_ms"] for c in ran]
     predicted = [c["predicted_p95_ms"] for c in live if c["predicted_p95_ms"] is not None]
     took = [c["took_ms"] for c in ran]
@@ -147,7 +147,8 @@ def _live_calls(s: dict[str, Any], clock: str, name: str) -> list[str]:
         f"{_span(p95s)})"
         + (f"; {others} for other reasons (listed below)" if others else "")
         + ".",
-        f"  The model ran {len(live)} live call(s) and {len(probes)} background probe(s)"
+        f"  The model ran {len(live)} live call(s) and {len(measured)} background latency "
+        "measurement(s)"
         + (f" (the live calls' p95 when handed over: {_median(predicted)})" if predicted else "")
         + f": they took {_median(took)} on the worker ({_median(forward)} in "
         f"forward passes, {_typical([c['prefills'] for c in ran])} prefill(s) and "

@@ -35,8 +35,8 @@ class CallEntry:
 
     kind: str
     """``live`` (an event's own call: the live or score tier), ``plan`` (the planner's),
-    ``probe`` (the executor measuring the model again in the background) or ``other`` (the
-    agent's own, as it starts: a warm-up)."""
+    ``measure`` (a latency measurement: the executor measuring the model again in the
+    background) or ``other`` (the agent's own, as it starts: a warm-up)."""
     event: int | None
     """The event's index for a live call."""
     begun_s: float
@@ -144,8 +144,8 @@ class LoggedClock:
             if event is not None
             else "plan"
             if name.endswith(".planner")
-            else "probe"
-            if name == "executor.probe"
+            else "measure"
+            if name == "executor.measure"
             else "other"
         )
         self._pending.append(_Open(kind, event, self._inner.now(), predicted))

@@ -140,9 +140,9 @@ async def test_a_state_never_sent_starts_the_background_call_at_once(
 ) -> None:
     """On a server, a live call in a state never sent is predicted to prefill the state's whole
     prompt, so in a tight budget it is not started. Nothing else would send that prompt: the
-    executor starts its background call at once (before, only after ``probe_after_s`` without a
-    measurement), which prefills it, and the next event in the state is predicted to prefill
-    only its own tokens and is started."""
+    executor starts its latency measurement at once (before, only after ``measure_after_s``
+    without a measurement), which prefills it, and the next event in the state is predicted to
+    prefill only its own tokens and is started."""
     space = EventSpace.from_specs([{"type": "obstacle", "deadline_ms": 500, "params": {}}])
     state = WorldState({"zone": "dock 7"})
     async with ServerBackend(url=server.url, poll_s=0) as backend:
@@ -155,7 +155,7 @@ async def test_a_state_never_sent_starts_the_background_call_at_once(
             description="test robot",
             backend=backend,
             # Measurements never count as stale here: only the cold prompt starts the call.
-            config=ExecutorConfig(use_tree=False, use_score=False, probe_after_s=3600),
+            config=ExecutorConfig(use_tree=False, use_score=False, measure_after_s=3600),
         )
         context = state_context("test robot", state.to_json())
         prefix, own = backend.prompts.encode(Prompt(context, "obstacle"), robot_schema)
@@ -176,10 +176,10 @@ async def test_a_state_never_sent_starts_the_background_call_at_once(
         first = await decide("1", cold * 0.99)
         assert first.tier is Tier.DEFAULT
         assert any(t == "live" and "does not fit" in why for t, why in first.skipped)
-        probe = ex._probe
-        assert probe is not None  # started at once, measurements fresh as they are
+        measuring = ex._measuring
+        assert measuring is not None  # started at once, measurements fresh as they are
         async with asyncio.timeout(60):  # "the background call did not finish" otherwise
-            await asyncio.shield(probe)
+            await asyncio.shield(measuring)
         assert backend.prompt_cached(context, robot_schema)  # the background call sent it
         # Now predicted to prefill only the event's own tokens (and the action's opening),
         # on whatever the background call measured; a budget above that starts the call.

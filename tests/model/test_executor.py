@@ -24,8 +24,8 @@ from forethought.sims._vloop import VirtualTimeLoop, run_virtual
 async def _live_only_stream(
     backend: Any, schema: ActionSchema, n: int, *, every_s: float, budget_s: float
 ) -> list[Decision]:
-    """``n`` obstacle events, one every ``every_s``, decided by the live tier alone (probes on
-    after 0.5 s without a measurement); the executor closed after."""
+    """``n`` obstacle events, one every ``every_s``, decided by the live tier alone (latency
+    measurements on after 0.5 s without one); the executor closed after."""
     loop = asyncio.get_running_loop()
     ex = Executor(
         space=EventSpace.from_specs(SPACE),
@@ -34,7 +34,7 @@ async def _live_only_stream(
         default_action={"a": "stop"},
         description="test robot",
         backend=backend,
-        config=ExecutorConfig(use_tree=False, use_score=False, probe_after_s=0.5),
+        config=ExecutorConfig(use_tree=False, use_score=False, measure_after_s=0.5),
     )
     decisions = []
     for i in range(n):
