@@ -132,7 +132,7 @@ class PlannerStats:
     cancelled: int = 0
     refused_rounds: int = 0
     """Rounds the backend refused whole, predicting they would not fit the round's time limit
-    (each is followed by a one-branch probe with no such check)."""
+    (each is followed by a retry round: one branch, with no such check)."""
     busy_s: float = 0.0
     idle_waits: int = 0
     cover_times_s: list[float] = field(default_factory=list)
@@ -251,9 +251,9 @@ class Planner:
         # Set when a whole round came back NOT_STARTED: the backend predicted that not even
         # the round fits its time limit, from samples that may be stale (a warm-up measured
         # on a busy machine). Nothing then runs to correct the prediction, so the next round
-        # writes one branch with no predicted-time check (the hang limit still holds) and its
-        # time becomes a fresh sample -- instead of asking, and being refused, forever.
-        self._probe = False
+        # is a retry round: one branch with no predicted-time check (the hang limit still holds),
+        # whose time becomes a fresh sample -- instead of asking, and being refused, forever.
+        self._retry_round = False
         self.stats = PlannerStats()
         self.measured = MeasuredCosts()
         """Seconds per branch each method measured here (``auto`` prefers them to predictions)."""
@@ -644,28 +644,28 @@ class Planner:
         await asyncio.sleep(self._bucket.wait_s(self._now(), seconds))
         return None
 
-    def _take_probe(self, batch: list[Branch]) -> tuple[list[Branch], bool]:
-        """The round to run: one branch, unchecked, after a round refused whole.
+    def _take_round(self, batch: list[Branch]) -> tuple[list[Branch], bool]:
+        """The round to run, and whether it is a retry round (after a round refused whole).
 
-        One branch too when scoring, having lost, is revisited: scoring costs the same per
-        branch however many are scored, so one measures it at the least cost
-        (:meth:`MeasuredCosts.choose`).
+        A retry round is one branch, with no predicted-time check. One branch too when scoring,
+        having lost, is revisited: scoring costs the same per branch however many are scored,
+        so one measures it at the least cost (:meth:`MeasuredCosts.choose`).
         """
-        probe, self._probe = self._probe, False
-        if probe:
+        retry, self._retry_round = self._retry_round, False
+        if retry:
             return batch[:1], True
         return (batch[:1] if self._revisiting() == "score" else batch), False
 
     def _note_refused(self, whole_round: bool) -> None:
-        """A round the backend refused whole: the next one probes (see ``_probe``)."""
+        """A round the backend refused whole: the next one is a retry round (``_retry_round``)."""
         if whole_round:
             self.stats.refused_rounds += 1
-            self._probe = True
+            self._retry_round = True
 
     async def _run_batch(self, batch: list[Branch]) -> tuple[str, str] | None:
         """Write one batch; returns (kind, detail) when it wrote nothing usable."""
-        # Cut to the probe before claiming: a claimed branch is one this planner writes.
-        batch, probe = self._take_probe(batch)
+        # Cut to a retry round before claiming: a claimed branch is one this planner writes.
+        batch, retry = self._take_round(batch)
         scoring = self.method() == "score"
         # Before claiming too: a branch left for a later round's grammar is not claimed.
         batch, schema = (batch, self._schema) if scoring else self._one_grammar(batch)
@@ -674,7 +674,7 @@ class Planner:
         if not batch:
             return None
         if scoring:
-            return await self._score_batch(batch, probe=probe)
+            return await self._score_batch(batch, retry=retry)
         cfg = self._config
         state = batch[0].state
         context = state_context(self._description, state.to_json())
@@ -686,7 +686,7 @@ class Planner:
                     context,
                     events,
                     schema,
-                    deadline=math.inf if probe else self._now() + cfg.batch_timeout_s,
+                    deadline=math.inf if retry else self._now() + cfg.batch_timeout_s,
                     cancel=cancel,
                     max_new_tokens=cfg.max_new_tokens,
                 )
@@ -747,7 +747,7 @@ class Planner:
     def _applies(self, b: Branch) -> tuple[int, ...]:
         return self._guards.applicable(dict(b.key.params), b.state)
 
-    async def _score_batch(self, batch: list[Branch], *, probe: bool) -> tuple[str, str] | None:
+    async def _score_batch(self, batch: list[Branch], *, retry: bool) -> tuple[str, str] | None:
         """Write branches by scoring every candidate action, one event per forward pass."""
         cands = self._candidates
         assert cands is not None
@@ -772,7 +772,7 @@ class Planner:
                         branch.key.describe(),
                         cands,
                         self._schema,
-                        deadline=math.inf if probe else t0 + cfg.batch_timeout_s,
+                        deadline=math.inf if retry else t0 + cfg.batch_timeout_s,
                         cancel=cancel,
                     )
                 finally:

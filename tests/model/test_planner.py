@@ -230,13 +230,13 @@ class StalePredictionBackend:
         return out
 
 
-async def test_a_round_refused_on_a_stale_prediction_is_followed_by_a_probe(
+async def test_a_round_refused_on_a_stale_prediction_is_followed_by_a_retry_round(
     running_tiny: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
-    """Refused whole, the planner writes one branch with no predicted-time check next: it does
-    not ask again and again (each ask re-ranking every candidate) while nothing runs to
-    correct the prediction. Seen as the README example stuck at 36 % coverage for 10 min with
-    the planner spinning in its ranking."""
+    """Refused whole, the planner's next round is a retry round, one branch with no
+    predicted-time check: it does not ask again and again (each ask re-ranking every
+    candidate) while nothing runs to correct the prediction. Seen as the README example stuck
+    at 36 % coverage for 10 min with the planner spinning in its ranking."""
     stale = StalePredictionBackend(running_tiny)
     planner, tree = make_planner(stale, robot_schema)
     async with asyncio.TaskGroup() as tg:
