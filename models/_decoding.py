@@ -33,7 +33,7 @@ from ._decode_run import DecodeResult, RowResult, Run, ScoreResult, split_candid
 from ._latency import LatencyModel
 
 if TYPE_CHECKING:
-    from .grammar._protocol import GrammarEngine, GrammarMatcher
+    from .grammar._protocol import GrammarCompiler, GrammarMatcher
 
 __all__ = ["Decoder"]
 
@@ -155,7 +155,7 @@ class Decoder:
         *,
         deadline: float,
         cancel: threading.Event | None = None,
-        engine: GrammarEngine | None = None,
+        compiler: GrammarCompiler | None = None,
         compiled: object | None = None,
         max_new_tokens: int = 64,
         reuse_prefix: bool = True,
@@ -167,7 +167,7 @@ class Decoder:
         (Long on purpose, with :meth:`_run`: one tight loop per token, where a call per step
         would cost attribute lookups on the critical path.)
 
-        With ``engine`` and ``compiled`` the output is constrained to the grammar; without, it
+        With ``compiler`` and ``compiled`` the output is constrained to the grammar; without, it
         stops at EOS (or, with ``stop_at_eos=False``, runs to ``max_new_tokens``: the
         benchmark's fixed-length outputs). Stops are per row; the call returns when every row
         has stopped.
@@ -175,7 +175,7 @@ class Decoder:
         started = self._clock.now()
         results = tuple(RowResult() for _ in rows)
         matchers: list[GrammarMatcher | None] = [
-            engine.matcher(compiled) if engine is not None else None for _ in rows
+            compiler.matcher(compiled) if compiler is not None else None for _ in rows
         ]
         # The grammar's opening (e.g. `{"a":"`) is forced: feed it with the prompt for free.
         own: list[list[int]] = []
@@ -193,7 +193,7 @@ class Decoder:
         try:
             with _inference():
                 self._run(
-                    prefix_ids, own, run, deadline, cancel, engine, reuse_prefix, jump_forward
+                    prefix_ids, own, run, deadline, cancel, compiler, reuse_prefix, jump_forward
                 )
         except Cancelled:
             run.stop_open(GenerationStatus.CANCELLED)
@@ -220,7 +220,7 @@ class Decoder:
         run: Run,
         deadline: float,
         cancel: threading.Event | None,
-        engine: GrammarEngine | None,
+        compiler: GrammarCompiler | None,
         reuse_prefix: bool,
         jump_forward: bool,
     ) -> None:
@@ -256,14 +256,14 @@ class Decoder:
         run.prefill_tokens += n * width
         logits = logits[:, -1, :]
         active = list(range(n))  # row ids still decoding, in batch order
-        bitmask = engine.allocate_mask(n) if engine is not None else None
+        bitmask = compiler.allocate_mask(n) if compiler is not None else None
         while True:
-            if bitmask is not None and engine is not None:
+            if bitmask is not None and compiler is not None:
                 for b, r in enumerate(active):
                     m = run.matchers[r]
                     assert m is not None
                     m.fill_mask(bitmask, b)
-                engine.apply_mask(logits, bitmask[: len(active)])
+                compiler.apply_mask(logits, bitmask[: len(active)])
             choice = logits.argmax(dim=-1).tolist()
             feed = {
                 r: t

@@ -24,7 +24,7 @@ if _typing.TYPE_CHECKING:
     from ._prompt import Prompt, prompt_length_bucket, state_context
     from .backends._llama_binary import LLAMA_CPP_VERSION, build_dir, llama_server_path
     from .backends._server_url import is_server_url
-    from .grammar._engines import make_engine
+    from .grammar._compilers import make_grammar_compiler
 
 __all__ = [
     "LLAMA_CPP_VERSION",
@@ -40,7 +40,7 @@ __all__ = [
     "choose_engine",
     "is_server_url",
     "llama_server_path",
-    "make_engine",
+    "make_grammar_compiler",
     "prompt_length_bucket",
     "resolve_model",
     "state_context",
@@ -61,7 +61,7 @@ _WHERE = {
     "choose_engine": "._engine",
     "is_server_url": ".backends._server_url",
     "llama_server_path": ".backends._llama_binary",
-    "make_engine": ".grammar._engines",
+    "make_grammar_compiler": ".grammar._compilers",
     "prompt_length_bucket": "._prompt",
     "resolve_model": "._model_source",
     "state_context": "._prompt",

@@ -200,7 +200,7 @@ _GRAMMAR_KEYS = frozenset(
 
 
 def _grammar_schema(schema: Any) -> Any:
-    """The part of a (compact) schema grammar engines enforce; the validator checks the rest.
+    """The part of a (compact) schema the grammars enforce; the validator checks the rest.
 
     ``oneOf`` becomes ``anyOf`` (exactly-one is checked afterwards), a type list becomes an
     ``anyOf`` of its types, boolean schemas become ``{}``, and keywords outside
@@ -397,7 +397,7 @@ class ActionSchema:
     def json_schema(self, form: ActionForm = ActionForm.COMPACT) -> _JSON:
         """The JSON Schema the model is constrained to for ``form``.
 
-        What grammar engines enforce (:func:`_grammar_schema`); every parsed action is then
+        What the grammars enforce (:func:`_grammar_schema`); every parsed action is then
         validated against the original schema, which decides.
         """
         if form is ActionForm.COMPACT:

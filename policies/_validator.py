@@ -3,8 +3,9 @@
 Every action that can leave the runtime is checked here, against the user's original schema,
 by ``jsonschema`` (the reference Python implementation): a tree node when it enters the tree
 (planned or loaded from a snapshot), the declared default and candidates at spec load, every
-scored and generated action. The grammar the model decodes under enforces what the grammar
-engine supports; this catches the rest, so an action the schema forbids is never emitted.
+scored and generated action. The grammar the model decodes under enforces what its compiler
+supports (llguidance, xgrammar, llama-server's GBNF); this catches the rest, so an action the
+schema forbids is never emitted.
 
 A schema is refused at load, with one error naming the keyword and its path, when it uses
 something that cannot be honoured without the network or without guessing:

@@ -1,6 +1,6 @@
 """Bounded vs unbounded grammars, side by side in one run (issue 14's "CPU not worse").
 
-Both engines, SmolLM2 in process on the CPU. "unbounded" compiles the schema as written (the
+Both grammars, SmolLM2 in process on the CPU. "unbounded" compiles the schema as written (the
 grammar before bounds existed); "bounded" is what Forethought compiles now. Variants are
 interleaved within each round; the table gives medians.
 
@@ -15,7 +15,7 @@ import statistics
 import time
 from typing import Any
 
-import forethought.models.grammar._engines as grammar_module
+import forethought.models.grammar._compilers as grammar_module
 from forethought.models import TransformersBackend
 from forethought.policies import ActionForm, ActionSchema
 
@@ -39,7 +39,7 @@ FREE = {
 SCHEMAS = {"robot": ROBOT, "free": FREE}
 TEXTS = {"robot": '{"a":"slow","s":0.4}', "free": '{"a":"stop","s":1.25,"n":"hello there"}'}
 EVENTS = ["obstacle ahead at 0.4 m", "low battery 12%", "human waves at the robot", "path clear"]
-ENGINES = ("llguidance", "xgrammar")
+GRAMMARS = ("llguidance", "xgrammar")
 VARIANTS = ("unbounded", "bounded")
 
 
@@ -50,10 +50,10 @@ def _unbounded(schema: Any, bounds: Any = None, *, precision: bool = True) -> An
 def _backends() -> dict[tuple[str, str], TransformersBackend]:
     bounded = grammar_module.bounded_schema
     out = {}
-    for engine in ENGINES:
+    for grammar in GRAMMARS:
         for variant in VARIANTS:
             backend = TransformersBackend(
-                model="smollm2-135m", device="cpu", dtype="float32", grammar=engine
+                model="smollm2-135m", device="cpu", dtype="float32", grammar=grammar
             )
             backend.load()
             # Grammars compile once per schema at prepare: swap the bounds out around it.
@@ -63,15 +63,15 @@ def _backends() -> dict[tuple[str, str], TransformersBackend]:
                     backend.prepare_sync(ActionSchema.from_json_schema(raw))
             finally:
                 grammar_module.bounded_schema = bounded  # type: ignore[assignment]
-            out[(engine, variant)] = backend
+            out[(grammar, variant)] = backend
     return out
 
 
 def _mask_us(backend: TransformersBackend, name: str) -> float:
     schema = ActionSchema.from_json_schema(SCHEMAS[name])
-    engine = backend.engine
-    compiled = engine.compile(schema.json_schema(ActionForm.COMPACT))
-    mask, matcher = engine.allocate_mask(1), engine.matcher(compiled)
+    compiler = backend.grammar_compiler
+    compiled = compiler.compile(schema.json_schema(ActionForm.COMPACT))
+    mask, matcher = compiler.allocate_mask(1), compiler.matcher(compiled)
     ids = backend.loaded.tokenizer.encode(TEXTS[name], add_special_tokens=False)
     t = time.perf_counter()
     for token in ids:
@@ -89,36 +89,38 @@ def main() -> None:
     texts: dict[tuple[str, str, int, str], str] = {}
     masks: dict[tuple[str, str, str], list[float]] = {}
     for _ in range(args.rounds):
-        for (engine, variant), backend in backends.items():
+        for (grammar, variant), backend in backends.items():
             for name, raw in SCHEMAS.items():
                 schema = ActionSchema.from_json_schema(raw)
-                masks.setdefault((engine, name, variant), []).append(_mask_us(backend, name))
+                masks.setdefault((grammar, name, variant), []).append(_mask_us(backend, name))
                 for batch in (1, 4):
                     t = time.perf_counter()
                     gens = backend.generate_sync(
                         "You steer a warehouse robot.", EVENTS[:batch], schema, deadline=math.inf
                     )
-                    key = (engine, name, batch, variant)
+                    key = (grammar, name, batch, variant)
                     calls.setdefault(key, []).append(time.perf_counter() - t)
                     texts[key] = " ".join(g.text for g in gens)
     print(f"{args.rounds} interleaved rounds, medians; call = one generate_sync of the batch")
-    print("| engine | schema | batch | unbounded ms | bounded ms | ratio | same text |")
+    print("| grammar | schema | batch | unbounded ms | bounded ms | ratio | same text |")
     print("|---|---|---|---|---|---|---|")
-    for engine in ENGINES:
+    for grammar in GRAMMARS:
         for name in SCHEMAS:
             for batch in (1, 4):
-                u, b = (statistics.median(calls[(engine, name, batch, v)]) * 1e3 for v in VARIANTS)
+                u, b = (statistics.median(calls[(grammar, name, batch, v)]) * 1e3 for v in VARIANTS)
                 same = (
-                    texts[(engine, name, batch, "unbounded")]
-                    == texts[(engine, name, batch, "bounded")]
+                    texts[(grammar, name, batch, "unbounded")]
+                    == texts[(grammar, name, batch, "bounded")]
                 )
-                print(f"| {engine} | {name} | {batch} | {u:.1f} | {b:.1f} | {b / u:.2f} | {same} |")
-    print("| engine | schema | mask us/token unbounded | bounded |")
+                print(
+                    f"| {grammar} | {name} | {batch} | {u:.1f} | {b:.1f} | {b / u:.2f} | {same} |"
+                )
+    print("| grammar | schema | mask us/token unbounded | bounded |")
     print("|---|---|---|---|")
-    for engine in ENGINES:
+    for grammar in GRAMMARS:
         for name in SCHEMAS:
-            u, b = (statistics.median(masks[(engine, name, v)]) for v in VARIANTS)
-            print(f"| {engine} | {name} | {u:.1f} | {b:.1f} |")
+            u, b = (statistics.median(masks[(grammar, name, v)]) for v in VARIANTS)
+            print(f"| {grammar} | {name} | {u:.1f} | {b:.1f} |")
 
 
 if __name__ == "__main__":

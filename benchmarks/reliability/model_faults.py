@@ -7,7 +7,7 @@ two ways:
   ``hang`` (SIGSTOP while it runs: the worker never replies, as a stuck kernel or driver);
 * **injected** by :class:`~forethought.testing.FaultyBackend`, a wrapper around the real
   backend whose next planner call fails in the named way: ``exception`` (an ``OSError``, not
-  one of ours), ``grammar`` (the grammar engine's error), ``malformed`` (a "done" action that
+  one of ours), ``grammar`` (the grammar compiler's error), ``malformed`` (a "done" action that
   fails the schema), ``truncated`` (JSON cut short), ``runaway`` (whitespace until the token
   limit).
   The model really runs; only its result is replaced, so the planner sees exactly what a

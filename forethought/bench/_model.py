@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from forethought.models import CancelSignal, DecodeOptions, TransformersBackend
-from forethought.models.internals import Prompt, make_engine
+from forethought.models.internals import Prompt, make_grammar_compiler
 from forethought.policies import ActionForm, ActionSchema
 
 __all__ = ["BENCH_ACTION", "ModelBench"]
@@ -197,7 +197,7 @@ class ModelBench:
         return {**out, "token_ratio": ratio}
 
     def constrained(self) -> dict[str, Any]:
-        """Ms per decode pass with and without the grammar, for each engine; compile times."""
+        """Ms per decode pass with and without the grammar, for each grammar; compile times."""
         # A measurement script, step after step in the order the report prints: long, linear.
         b, d, p = self.b, self.b.decoder, self.b.prompts
         free = {
@@ -209,12 +209,12 @@ class ModelBench:
         n = 12 if self.quick else 48
         tok, vocab = b.loaded.tokenizer, b.loaded.model.config.vocab_size
 
-        def per_pass(engine: Any = None, compiled: object = None) -> float:
+        def per_pass(compiler: Any = None, compiled: object = None) -> float:
             r = d.decode(
                 prefix,
                 [own],
                 deadline=_far(),
-                engine=engine,
+                compiler=compiler,
                 compiled=compiled,
                 max_new_tokens=n,
                 jump_forward=False,
@@ -223,35 +223,35 @@ class ModelBench:
             first = r.first_token_at or r.finished_at
             return (r.finished_at - first) / max(r.passes, 1)
 
-        engines: dict[str, tuple[Any, object]] = {}
+        compilers: dict[str, tuple[Any, object]] = {}
         setup: dict[str, dict[str, float]] = {}
         for name in ("llguidance", "xgrammar"):
             t0 = time.perf_counter()
-            engine = make_engine(name, tok, vocab)
+            compiler = make_grammar_compiler(name, tok, vocab)
             init = time.perf_counter() - t0
             t0 = time.perf_counter()
-            compiled = engine.compile(free)
+            compiled = compiler.compile(free)
             first = time.perf_counter() - t0
             t0 = time.perf_counter()
-            engine.compile(BENCH_ACTION)
+            compiler.compile(BENCH_ACTION)
             setup[name] = {
                 "tokenizer_init_ms": _ms(init),
                 "first_compile_ms": _ms(first),
                 "compile_ms": _ms(time.perf_counter() - t0),
             }
-            engines[name] = (engine, compiled)
-            per_pass(engine, compiled)  # warm
+            compilers[name] = (compiler, compiled)
+            per_pass(compiler, compiled)  # warm
         per_pass()
         # Interleaved rounds (plain, llguidance, xgrammar, ...) so drift on a shared machine
         # lands on every variant alike; the median per variant.
-        samples: dict[str, list[float]] = {"plain": [], **{k: [] for k in engines}}
+        samples: dict[str, list[float]] = {"plain": [], **{k: [] for k in compilers}}
         for _ in range(2 if self.quick else 7):
             samples["plain"].append(per_pass())
-            for name, (engine, compiled) in engines.items():
-                samples[name].append(per_pass(engine, compiled))
+            for name, (compiler, compiled) in compilers.items():
+                samples[name].append(per_pass(compiler, compiled))
         base = _ms(statistics.median(samples["plain"]))
         out: dict[str, Any] = {"unconstrained_ms_per_token": base}
-        for name in engines:
+        for name in compilers:
             ms = _ms(statistics.median(samples[name]))
             out[name] = {"ms_per_token": ms, "overhead": ms / base - 1.0, **setup[name]}
             self.say(

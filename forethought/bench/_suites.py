@@ -177,11 +177,11 @@ def _target(value: float | None, op: str, bound: float) -> dict[str, Any]:
 
 def _targets(r: dict[str, Any], grammar: str) -> dict[str, dict[str, Any]]:
     t = _target
-    engine = r["constrained"].get(grammar, {})
+    constrained = r["constrained"].get(grammar, {})
     return {
         "T vs N_out fit r2": t(r["law"]["fit"]["r2"], ">=", 0.98),
         "compact / verbose tokens": t(r["compact_vs_verbose"]["token_ratio"], "<=", 0.25),
-        "constrained overhead per token": t(engine.get("overhead"), "<=", 0.05),
+        "constrained overhead per token": t(constrained.get("overhead"), "<=", 0.05),
         "batch16 / sequential16 branches/s": t(r["batching"]["speedup16"], ">=", 5.0),
         "generate / score8 time": t(r["score_vs_generate"]["speedup"], ">=", 2.0),
         "cancel overshoot p95 (steps)": t(r["cancellation"]["p95_in_steps"], "<=", 1.0),

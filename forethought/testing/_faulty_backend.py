@@ -5,7 +5,7 @@
 faults, one of :data:`INJECTED_FAULTS`:
 
 * ``exception``: an ``OSError`` (not one of ours) raised instead of generating;
-* ``grammar``: the grammar engine's error (:class:`~forethought.policies.BackendError`);
+* ``grammar``: the grammar compiler's error (:class:`~forethought.policies.BackendError`);
 * ``malformed``: a "done" action that fails the schema;
 * ``truncated``: JSON cut short;
 * ``runaway``: whitespace until the token limit.
@@ -40,7 +40,7 @@ class FaultyBackend:
     """A real backend whose next planner call fails as armed.
 
     :meth:`arm` names the fault, one of :data:`INJECTED_FAULTS`: ``exception`` (an ``OSError``,
-    not one of ours), ``grammar`` (the grammar engine's :class:`BackendError`), ``malformed`` (a
+    not one of ours), ``grammar`` (the grammar compiler's :class:`BackendError`), ``malformed`` (a
     "done" action that fails the schema), ``truncated`` (JSON cut short), ``runaway``
     (whitespace until the token limit). The model really runs; only its result is replaced, so
     the planner sees exactly what a misbehaving backend hands it. Only calls that carry a cancel

@@ -39,7 +39,7 @@ from forethought.policies import (
 from .._backend import CancelSignal, DecodeOptions, Generation, GenerationStatus, Scores
 from .._latency import LatencyModel
 from .._model_source import DEFAULT_MODEL, resolve_model
-from ..grammar._protocol import ENGINES
+from ..grammar._protocol import GRAMMARS
 
 log = logging.getLogger("forethought.model")
 
@@ -196,8 +196,8 @@ class ProcessBackend:
         threads: int | None = None,
         cancel_grace_s: float = 2.0,
     ) -> None:
-        if grammar not in ENGINES:
-            raise ConfigError("grammar", grammar, f"choose one of {ENGINES}")
+        if grammar not in GRAMMARS:
+            raise ConfigError("grammar", grammar, f"choose one of {GRAMMARS}")
         resolve_model(model)  # fail here, with the install hint, not in the worker
         self._options = {
             "model": model,

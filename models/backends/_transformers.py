@@ -43,8 +43,8 @@ from .._threads import ThreadChoice, choose_threads, pin_threads
 from .._warm_record import WarmRecord, machine_key, still_as_fast
 from .._worker import ModelWorker
 from ..grammar._bounds import bounded_schema, max_output_chars
-from ..grammar._engines import make_engine
-from ..grammar._protocol import ENGINES, GrammarEngine
+from ..grammar._compilers import make_grammar_compiler
+from ..grammar._protocol import GRAMMARS, GrammarCompiler
 
 __all__ = ["TransformersBackend"]
 
@@ -56,14 +56,14 @@ class TransformersBackend:
     """A local Hugging Face model (alias, directory, GGUF or hub id) as a ModelBackend.
 
     Construction only validates; ``async with`` (or :meth:`load`, for scripts) loads the model,
-    builds the grammar engine and warms the latency model up.
+    builds the grammar compiler and warms the latency model up.
 
     Args:
         model: ``smollm2-135m`` (the embedded default), a directory, a ``.gguf`` file, or a
             Hugging Face id already in the local cache.
         device: ``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``auto`` (bf16 on CUDA that supports it, else fp32), or a dtype name.
-        grammar: the grammar engine, ``llguidance`` (default) or ``xgrammar``.
+        grammar: the grammar, ``llguidance`` (default) or ``xgrammar``.
         clock: the clock deadlines are on (default: the loop's that starts the backend, or
             monotonic time for a backend loaded without a loop).
         prefix_cache_size: how many prompt prefixes keep their KV cache.
@@ -92,8 +92,8 @@ class TransformersBackend:
         cache_dir: Path | None = None,
         threads: int | None = None,
     ) -> None:
-        if grammar not in ENGINES:
-            raise ConfigError("grammar", grammar, f"choose one of {ENGINES}")
+        if grammar not in GRAMMARS:
+            raise ConfigError("grammar", grammar, f"choose one of {GRAMMARS}")
         if prefix_cache_size < 1:
             raise ConfigError("prefix_cache_size", prefix_cache_size, "must be at least 1")
         if threads is not None and threads < 1:
@@ -113,7 +113,7 @@ class TransformersBackend:
         self.threads: ThreadChoice | None = None
         """The torch thread count chosen at load (CPU only), and the timings that chose it."""
         self._decoder: Decoder | None = None
-        self._engine: GrammarEngine | None = None
+        self._grammar_compiler: GrammarCompiler | None = None
         self._prompts: PromptEncoder | None = None
         self._worker = ModelWorker()
         self.calls = 0
@@ -126,7 +126,7 @@ class TransformersBackend:
         latency: LatencyModel | None = None,
         options: DecodeOptions | None = None,
     ) -> TransformersBackend:
-        """A new backend on this one's loaded weights, grammar engine and tokenizer.
+        """A new backend on this one's loaded weights, grammar compiler and tokenizer.
 
         Its state is its own: an empty prefix cache, its own latency model, clock and options.
         The simulator gives each strategy one, so no strategy inherits another's warm cache.
@@ -143,7 +143,7 @@ class TransformersBackend:
             options=options or self._options,
         )
         twin._source = self._source
-        twin._engine, twin._prompts = self._engine, self._prompts
+        twin._grammar_compiler, twin._prompts = self._grammar_compiler, self._prompts
         twin._adopt(loaded)
         return twin
 
@@ -155,7 +155,9 @@ class TransformersBackend:
             loaded = load_model(
                 self._source, device=self._device_name, dtype=self._dtype, cache_dir=self._cache_dir
             )
-            self._engine = make_engine(self._grammar_name, loaded.tokenizer, _vocab(loaded))
+            self._grammar_compiler = make_grammar_compiler(
+                self._grammar_name, loaded.tokenizer, _vocab(loaded)
+            )
             self._prompts = PromptEncoder(loaded.tokenizer)
             if loaded.device == "cpu" and self._given_threads is not None:
                 # Before the warm record is read: its key names the thread count.
@@ -291,11 +293,11 @@ class TransformersBackend:
         return self._prompts
 
     @property
-    def engine(self) -> GrammarEngine:
-        """The grammar engine in use."""
+    def grammar_compiler(self) -> GrammarCompiler:
+        """The grammar compiler in use (of the ``grammar`` setting: llguidance or xgrammar)."""
         self.loaded  # noqa: B018
-        assert self._engine is not None
-        return self._engine
+        assert self._grammar_compiler is not None
+        return self._grammar_compiler
 
     def stats(self) -> dict[str, Any]:
         """Counters: calls, prefix-cache hits and misses, grammar compilations."""
@@ -304,7 +306,7 @@ class TransformersBackend:
             "calls": self.calls,
             "prefix_hits": d.prefix_hits,
             "prefix_misses": d.prefix_misses,
-            "grammar_compiles": getattr(self.engine, "compiles", None),
+            "grammar_compiles": getattr(self.grammar_compiler, "compiles", None),
         }
 
     # -- calls --------------------------------------------------------------------------------
@@ -347,14 +349,16 @@ class TransformersBackend:
         key = (schema.fingerprint, form)
         cap = self._output_caps.get(key)
         if cap is None:
-            bounds = self.engine.bounds
+            bounds = self.grammar_compiler.bounds
             chars = max_output_chars(bounded_schema(schema.json_schema(form), bounds), bounds)
             cap = self._output_caps[key] = chars if chars is not None else 1 << 20
         return cap
 
     def _compile(self, schema: ActionSchema) -> object:
         form = self._options.form
-        return self.engine.compile(schema.json_schema(form), spaced=form is ActionForm.VERBOSE)
+        return self.grammar_compiler.compile(
+            schema.json_schema(form), spaced=form is ActionForm.VERBOSE
+        )
 
     def _to_generation(
         self, schema: ActionSchema, result: DecodeResult, row: RowResult, *, share: int = 1
@@ -408,7 +412,7 @@ class TransformersBackend:
             own,
             deadline=deadline,
             cancel=(cancel or CancelSignal()).event,
-            engine=self.engine if opts.constrained else None,
+            compiler=self.grammar_compiler if opts.constrained else None,
             compiled=self._compile(schema) if opts.constrained else None,
             max_new_tokens=max_new_tokens,
             reuse_prefix=opts.reuse_prefix,
@@ -442,7 +446,7 @@ class TransformersBackend:
             [],
             rows,
             deadline=math.inf,
-            engine=self.engine if opts.constrained else None,
+            compiler=self.grammar_compiler if opts.constrained else None,
             compiled=self._compile(schema) if opts.constrained else None,
             max_new_tokens=max_new_tokens,
             reuse_prefix=False,

@@ -13,7 +13,7 @@ predict an action's length. Every grammar Forethought compiles is therefore *bou
   count plus :attr:`OutputBounds.array_items`).
 
 :func:`bounded_schema` writes these bounds into a JSON Schema as plain keywords (what the
-JSON-Schema engines enforce), :mod:`._gbnf` writes them into GBNF, and
+JSON-Schema grammar compilers enforce), :mod:`._gbnf` writes them into GBNF, and
 :func:`max_output_chars` gives the longest text either allows: a hard cap on the tokens a
 call may take, since every token spells at least one character. The bounds only narrow what
 may be written; each parsed action is still validated against the schema as the user wrote it.
@@ -41,9 +41,9 @@ class OutputBounds:
     """Characters a string may have beyond its ``minLength`` where it sets no ``maxLength``."""
     array_items: int = 16
     """Items an array may have beyond its least count where it sets no ``maxItems``."""
-    engine_decimals: int = 0
-    """Decimals an engine may write whatever the schema asks: xgrammar ignores ``multipleOf``
-    and encodes ranges with up to 6 decimals, so its lengths are counted with 6."""
+    compiler_decimals: int = 0
+    """Decimals a compiled grammar may write whatever the schema asks: xgrammar ignores
+    ``multipleOf`` and encodes ranges with up to 6 decimals, so its lengths are counted with 6."""
 
     def largest(self) -> int:
         """The largest magnitude an integer part may have where the schema sets no bound."""
@@ -64,7 +64,7 @@ def bounded_schema(
 ) -> Any:
     """``schema`` with the output bounds as JSON-Schema keywords, wherever it sets none.
 
-    Numbers get ``multipleOf`` (10^-decimals; not with ``precision=False``, for an engine that
+    Numbers get ``multipleOf`` (10^-decimals; not with ``precision=False``, for a compiler that
     ignores it) and ``minimum``/``maximum``; integers the latter; strings ``maxLength``; arrays
     ``maxItems``. Nested schemas (properties, items, ``anyOf``) are bounded the same way;
     nothing the schema already says is changed.
@@ -136,7 +136,7 @@ def _size(s: Any, b: OutputBounds) -> int | None:
     if kind == "string":
         return 2 + 6 * int(s.get("maxLength", _max_length(s, b)))  # a \\uXXXX escape each
     if kind in ("integer", "number"):
-        decimals = max(int(s.get("x-decimals", b.decimals)), b.engine_decimals)
+        decimals = max(int(s.get("x-decimals", b.decimals)), b.compiler_decimals)
         frac = 1 + decimals if kind == "number" else 0
         return 1 + _integer_digits(s, b) + frac
     if kind in ("boolean", "null"):

@@ -1,7 +1,7 @@
-"""What a grammar engine is to the decoder: the two protocols and the engines' names.
+"""What a grammar is to the decoder: the two protocols and the grammars' names.
 
 Torch-free (the tensors are named for the type checker only), so a backend can validate a
-grammar setting and type its fields without loading an engine (:mod:`._engines`).
+grammar setting and type its fields without loading a grammar compiler (:mod:`._compilers`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from ._bounds import OutputBounds
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ENGINES", "GrammarEngine", "GrammarMatcher"]
+__all__ = ["GRAMMARS", "GrammarCompiler", "GrammarMatcher"]
 
-ENGINES = ("llguidance", "xgrammar")
+GRAMMARS = ("llguidance", "xgrammar")
 
 
 class GrammarMatcher(Protocol):
@@ -40,12 +40,12 @@ class GrammarMatcher(Protocol):
         ...
 
 
-class GrammarEngine(Protocol):
+class GrammarCompiler(Protocol):
     """Compiles JSON Schemas for one tokenizer and makes matchers for them."""
 
     name: str
     bounds: OutputBounds
-    """The output bounds this engine's grammars enforce."""
+    """The output bounds this compiler's grammars enforce."""
 
     def compile(self, schema: Mapping[str, Any], *, spaced: bool = False) -> object:
         """Compile (or fetch from the cache) the bounded grammar of ``schema``.

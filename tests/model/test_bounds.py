@@ -1,4 +1,4 @@
-"""Bounded outputs (issue 14): no number, string or array can run on under either engine, and
+"""Bounded outputs (issue 14): no number, string or array can run on under either grammar, and
 a batch is never held by a row that would."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from forethought.models import GenerationStatus, TransformersBackend
 from forethought.models.grammar._bounds import OutputBounds, bounded_schema, max_output_chars
-from forethought.models.grammar._engines import make_engine
+from forethought.models.grammar._compilers import make_grammar_compiler
 from forethought.policies import ActionSchema
 
 pytestmark = pytest.mark.model
@@ -58,26 +58,26 @@ def test_bounded_schema_adds_only_what_is_missing() -> None:
     assert max_output_chars({"type": "object", "properties": {"v": {}}}) is None
 
 
-def _accepts(engine: Any, compiled: object, tokenizer: Any, text: str) -> bool:
-    m = engine.matcher(compiled)
+def _accepts(compiler: Any, compiled: object, tokenizer: Any, text: str) -> bool:
+    m = compiler.matcher(compiled)
     ids = tokenizer.encode(text, add_special_tokens=False)
     return all(m.accept(t) for t in ids) and m.done
 
 
-@pytest.mark.parametrize("engine_name", ["llguidance", "xgrammar"])
-def test_a_runaway_value_is_impossible(tiny_backend: TransformersBackend, engine_name: str) -> None:
+@pytest.mark.parametrize("grammar", ["llguidance", "xgrammar"])
+def test_a_runaway_value_is_impossible(tiny_backend: TransformersBackend, grammar: str) -> None:
     tok = tiny_backend.loaded.tokenizer
-    engine = make_engine(engine_name, tok, tiny_backend.loaded.model.config.vocab_size)
-    compiled = engine.compile(FREE)
-    decimals = 3 if engine_name == "llguidance" else 6
+    compiler = make_grammar_compiler(grammar, tok, tiny_backend.loaded.model.config.vocab_size)
+    compiled = compiler.compile(FREE)
+    decimals = 3 if grammar == "llguidance" else 6
 
     def text(**kw: str) -> str:
         parts = {"a": '"go"', "x": "0.5", "n": "7", "say": '"hi"', "tags": "[1,2]", **kw}
         return "{" + ",".join(f'"{k}":{v}' for k, v in parts.items()) + "}"
 
-    assert _accepts(engine, compiled, tok, text())
-    assert _accepts(engine, compiled, tok, text(x="-123.5", n="999999999999"))
-    assert _accepts(engine, compiled, tok, text(x="0." + "1" * decimals))
+    assert _accepts(compiler, compiled, tok, text())
+    assert _accepts(compiler, compiled, tok, text(x="-123.5", n="999999999999"))
+    assert _accepts(compiler, compiled, tok, text(x="0." + "1" * decimals))
     for runaway in (
         text(x="0." + "5" * (decimals + 1)),  # one digit more than the bound
         text(x="0.5575755555555557575555"),  # the number seen on the H200 (issue 14)
@@ -87,15 +87,15 @@ def test_a_runaway_value_is_impossible(tiny_backend: TransformersBackend, engine
         text(say='"' + "a" * 65 + '"'),  # past the default string bound
         text(tags="[" + ",".join("1" * 17) + "]"),  # past the default array bound
     ):
-        assert not _accepts(engine, compiled, tok, runaway), runaway
+        assert not _accepts(compiler, compiled, tok, runaway), runaway
 
 
-@pytest.mark.parametrize("engine_name", ["llguidance", "xgrammar"])
-def test_a_runaway_row_does_not_hold_the_batch(tiny_model_dir: Any, engine_name: str) -> None:
+@pytest.mark.parametrize("grammar", ["llguidance", "xgrammar"])
+def test_a_runaway_row_does_not_hold_the_batch(tiny_model_dir: Any, grammar: str) -> None:
     """However many tokens a caller allows, no row can take more than the bounded grammar
     spells: every row of a batch finishes, within the bound, so the batch returns then."""
     backend = TransformersBackend(
-        model=str(tiny_model_dir), device="cpu", dtype="float32", grammar=engine_name
+        model=str(tiny_model_dir), device="cpu", dtype="float32", grammar=grammar
     )
     backend.load(warm_up=False)
     # The number and the integer free; the string and array short enough that the longest

@@ -96,11 +96,11 @@ def test_jump_forward_feeds_forced_tokens_in_fewer_passes(
 ) -> None:
     d, p = tiny_backend.decoder, tiny_backend.prompts
     prefix, own = p.encode(Prompt(CONTEXT, EVENTS[2]), robot_schema)
-    engine = tiny_backend.engine
-    compiled = engine.compile(robot_schema.json_schema())
-    fast = d.decode(prefix, [own], deadline=far(), engine=engine, compiled=compiled)
+    compiler = tiny_backend.grammar_compiler
+    compiled = compiler.compile(robot_schema.json_schema())
+    fast = d.decode(prefix, [own], deadline=far(), compiler=compiler, compiled=compiled)
     slow = d.decode(
-        prefix, [own], deadline=far(), engine=engine, compiled=compiled, jump_forward=False
+        prefix, [own], deadline=far(), compiler=compiler, compiled=compiled, jump_forward=False
     )
     assert fast.rows[0].reason is GenerationStatus.DONE
     assert slow.rows[0].reason is GenerationStatus.DONE

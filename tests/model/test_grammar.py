@@ -1,4 +1,4 @@
-"""Constrained decoding: every completed output validates, on random weights, both engines."""
+"""Constrained decoding: every completed output validates, on random weights, both grammars."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from forethought.models import GenerationStatus, TransformersBackend
-from forethought.models.grammar._engines import make_engine
+from forethought.models.grammar._compilers import make_grammar_compiler
 from forethought.policies import ActionSchema, SchemaError
 
 pytestmark = pytest.mark.model
@@ -63,10 +63,10 @@ EVENTS = [
 ]
 
 
-@pytest.mark.parametrize("engine", ["llguidance", "xgrammar"])
-def test_every_completed_output_validates(tiny_model_dir, engine: str) -> None:
+@pytest.mark.parametrize("grammar", ["llguidance", "xgrammar"])
+def test_every_completed_output_validates(tiny_model_dir, grammar: str) -> None:
     backend = TransformersBackend(
-        model=str(tiny_model_dir), device="cpu", dtype="float32", grammar=engine
+        model=str(tiny_model_dir), device="cpu", dtype="float32", grammar=grammar
     )
     backend.load(warm_up=False)
     counts = dict.fromkeys(GenerationStatus, 0)
@@ -84,27 +84,27 @@ def test_every_completed_output_validates(tiny_model_dir, engine: str) -> None:
                 assert schema.validate(schema.readable(g.action)) == g.action
     assert counts[GenerationStatus.INVALID] == 0
     assert counts[GenerationStatus.DONE] >= len(SCHEMAS) * len(EVENTS) // 2
-    assert backend.engine.compiles == len(SCHEMAS)  # type: ignore[attr-defined]
+    assert backend.grammar_compiler.compiles == len(SCHEMAS)  # type: ignore[attr-defined]
 
 
 def test_grammar_is_compiled_once_per_schema(
     tiny_backend: TransformersBackend, robot_schema: ActionSchema
 ) -> None:
-    engine = tiny_backend.engine
-    before = engine.compiles  # type: ignore[attr-defined]
+    compiler = tiny_backend.grammar_compiler
+    before = compiler.compiles  # type: ignore[attr-defined]
     tiny_backend.prepare_sync(robot_schema)
     for e in ("a", "b", "c"):
         tiny_backend.generate_sync("ctx", [e], robot_schema, deadline=time.monotonic() + 60)
-    assert engine.compiles - before <= 1  # type: ignore[attr-defined]
+    assert compiler.compiles - before <= 1  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("engine", ["llguidance", "xgrammar"])
+@pytest.mark.parametrize("grammar", ["llguidance", "xgrammar"])
 def test_schema_that_cannot_compile_is_a_schema_error(
-    tiny_backend: TransformersBackend, engine: str
+    tiny_backend: TransformersBackend, grammar: str
 ) -> None:
     tok = tiny_backend.loaded.tokenizer
-    eng = make_engine(engine, tok, tiny_backend.loaded.model.config.vocab_size)
+    compiler = make_grammar_compiler(grammar, tok, tiny_backend.loaded.model.config.vocab_size)
     with pytest.raises(SchemaError):
-        eng.compile(
+        compiler.compile(
             {"type": "object", "properties": {"a": {"type": "string", "pattern": "(unclosed"}}}
         )

@@ -1,6 +1,6 @@
 """Guards compiled into the grammar: 1,000 actions sampled under it, none forbidden (issue 47).
 
-Per in-process engine (llguidance, xgrammar) on the tiny model's tokenizer: 1,000 random walks
+Per grammar (llguidance, xgrammar), in process, on the tiny model's tokenizer: 1,000 random walks
 over the tokens the narrowed grammar allows at each step -- the widest sampling there is, every
 value the grammar lets through as likely as any -- and none spells a forbidden action; the same
 walks over the grammar as written do. Then the live path end to end: the tiny model generating
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from forethought.models import GenerationStatus, TransformersBackend
-from forethought.models.grammar._engines import make_engine
+from forethought.models.grammar._compilers import make_grammar_compiler
 from forethought.policies import ActionForm, ActionSchema, GuardRule, GuardSet
 
 pytestmark = pytest.mark.model
@@ -43,18 +43,18 @@ GUARDS = GuardSet(
 SAMPLES = 1000
 
 
-def _random_walks(engine: Any, tokenizer: Any, vocab: int, schema: ActionSchema) -> list[str]:
+def _random_walks(compiler: Any, tokenizer: Any, vocab: int, schema: ActionSchema) -> list[str]:
     """``SAMPLES`` texts, each a uniformly random walk over the tokens the grammar allows.
 
     Nothing the grammar allows is less likely than anything else the way a model's taste
     would make it: every value the grammar lets through is there to be drawn.
     """
-    compiled = engine.compile(schema.json_schema(ActionForm.COMPACT))
+    compiled = compiler.compile(schema.json_schema(ActionForm.COMPACT))
     rng = random.Random(47)
-    mask = engine.allocate_mask(1)
+    mask = compiler.allocate_mask(1)
     texts = []
     for _ in range(SAMPLES):
-        matcher = engine.matcher(compiled)
+        matcher = compiler.matcher(compiled)
         tokens: list[int] = []
         for _step in range(200):
             if matcher.done:
@@ -70,18 +70,18 @@ def _random_walks(engine: Any, tokenizer: Any, vocab: int, schema: ActionSchema)
     return texts
 
 
-@pytest.mark.parametrize("engine_name", ["llguidance", "xgrammar"])
+@pytest.mark.parametrize("grammar", ["llguidance", "xgrammar"])
 def test_random_walks_over_the_narrowed_grammar_never_spell_a_forbidden_action(
-    tiny_backend: TransformersBackend, engine_name: str
+    tiny_backend: TransformersBackend, grammar: str
 ) -> None:
     schema = ActionSchema.from_json_schema(ACTION)
     narrowed = GUARDS.narrowed(schema, (0, 1, 2))
     assert narrowed is not None
     tok = tiny_backend.loaded.tokenizer
     vocab = tiny_backend.loaded.model.config.vocab_size
-    engine = make_engine(engine_name, tok, vocab)
+    compiler = make_grammar_compiler(grammar, tok, vocab)
     # Each parses and validates under the schema as written.
-    walks = _random_walks(engine, tok, vocab, narrowed)
+    walks = _random_walks(compiler, tok, vocab, narrowed)
     actions = [schema.readable(schema.parse(t)) for t in walks]
     assert len(actions) == SAMPLES
     assert [a for a in actions if GUARDS.refusal(a, {}, {}) is not None] == []
@@ -89,7 +89,9 @@ def test_random_walks_over_the_narrowed_grammar_never_spell_a_forbidden_action(
     assert {a["lights"] for a in actions} == {False}
     assert max(a["speed"] for a in actions) <= 0.3
     # Control: the same walks over the grammar as written spell forbidden actions.
-    control = [schema.readable(schema.parse(t)) for t in _random_walks(engine, tok, vocab, schema)]
+    control = [
+        schema.readable(schema.parse(t)) for t in _random_walks(compiler, tok, vocab, schema)
+    ]
     assert sum(GUARDS.refusal(a, {}, {}) is not None for a in control) > SAMPLES // 2
 
 

@@ -339,7 +339,7 @@ async def test_grammar_relaxes_what_it_cannot_enforce_and_nothing_invalid_passes
     schema = nested(
         {"type": "integer", "minimum": 0, "maximum": 99, "multipleOf": 7, "not": {"const": 14}}
     )
-    assert "multipleOf" not in str(schema.json_schema())  # the grammar engine gets the relaxed form
+    assert "multipleOf" not in str(schema.json_schema())  # the grammar gets the relaxed form
     await running_tiny.prepare(schema)
     gens = await running_tiny.generate(
         "You pick a number.", [f"event {i}" for i in range(8)], schema, deadline=math.inf

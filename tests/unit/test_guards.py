@@ -3,7 +3,7 @@
 The property test draws guards, a tree branch, a score pick and a live answer at random and
 asserts the one invariant: the action sent keeps every guard, or it is the default. The
 backend is scripted (the property is the executor's, whatever the model); the grammar
-narrowing the live tier relies on is tested against real engines in tests/model.
+narrowing the live tier relies on is tested against the real grammars in tests/model.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
-"""Grammar engines: token masks that keep every completed output valid JSON of one schema.
+"""Grammar compilers: token masks that keep every completed output valid JSON of one schema.
 
-Two engines implement :class:`GrammarEngine`: ``llguidance`` (the default) and ``xgrammar``.
-``forethought bench`` measures both on the loaded model (compile time, mask time per token) and
-the README records why the default is what it is. A compiled grammar is cached per schema, so
-compiling happens when a schema is prepared, never on an event's path.
+Two implement :class:`GrammarCompiler`, one per grammar: ``llguidance`` (the default) and
+``xgrammar``. ``forethought bench`` measures both on the loaded model (compile time, mask time
+per token) and the README records why the default is what it is. A compiled grammar is cached
+per schema, so compiling happens when a schema is prepared, never on an event's path.
 
 This module needs the ``local`` extra (torch, llguidance, xgrammar); the protocols and the
-engine names are in :mod:`._protocol`, which the torch-free layers use.
+grammars' names are in :mod:`._protocol`, which the torch-free layers use.
 
 Every grammar is bounded (:mod:`._bounds`): no number, string or array can run on. Both
-engines get the bounds as JSON-Schema keywords, so they keep enforcing ranges and patterns;
+compilers get the bounds as JSON-Schema keywords, so they keep enforcing ranges and patterns;
 llguidance also enforces ``multipleOf`` (bounded decimals), xgrammar ignores it but writes a
-number with a range in at most 6 decimals, which :attr:`OutputBounds.engine_decimals` counts.
+number with a range in at most 6 decimals, which :attr:`OutputBounds.compiler_decimals` counts.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from transformers import PreTrainedTokenizerBase
 from forethought.policies import ConfigError, SchemaError
 
 from ._bounds import OutputBounds, bounded_schema
-from ._protocol import ENGINES, GrammarEngine, GrammarMatcher
+from ._protocol import GRAMMARS, GrammarCompiler, GrammarMatcher
 
-__all__ = ["LLGuidanceEngine", "XGrammarEngine", "apply_bitmask", "make_engine"]
+__all__ = ["LLGuidanceCompiler", "XGrammarCompiler", "apply_bitmask", "make_grammar_compiler"]
 
 
 class _CompileCache:
@@ -88,7 +88,7 @@ class _LLGMatcher:
         return bool(self._m.is_accepting() or self._m.is_stopped())
 
 
-class LLGuidanceEngine:
+class LLGuidanceCompiler:
     """llguidance: an Earley parser over token tries; strict JSON, token-level jump-forward."""
 
     name = "llguidance"
@@ -108,7 +108,7 @@ class LLGuidanceEngine:
 
     @property
     def compiles(self) -> int:
-        """How many grammars this engine has compiled."""
+        """How many grammars this compiler has compiled."""
         return self._cache.compiles
 
     def _build(self, schema_json: str, spaced: bool) -> object:
@@ -186,7 +186,7 @@ class _XGRMatcher:
         return bool(self._m.is_completed() or self._m.is_terminated())
 
 
-class XGrammarEngine:
+class XGrammarCompiler:
     """xgrammar: a pushdown automaton with precomputed token masks; fastest masks."""
 
     name = "xgrammar"
@@ -198,7 +198,7 @@ class XGrammarEngine:
         bounds: OutputBounds | None = None,
     ) -> None:
         self._xgr = xgrammar
-        self.bounds = dataclasses.replace(bounds or OutputBounds(), engine_decimals=6)
+        self.bounds = dataclasses.replace(bounds or OutputBounds(), compiler_decimals=6)
         info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
         self._compiler = xgrammar.GrammarCompiler(info)
         self._vocab = vocab_size
@@ -212,7 +212,7 @@ class XGrammarEngine:
 
     @property
     def compiles(self) -> int:
-        """How many grammars this engine has compiled."""
+        """How many grammars this compiler has compiled."""
         return self._cache.compiles
 
     def _build(self, schema_json: str, spaced: bool) -> object:
@@ -253,15 +253,15 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     logits.masked_fill_(~allowed, float("-inf"))
 
 
-def make_engine(
+def make_grammar_compiler(
     name: str,
     tokenizer: PreTrainedTokenizerBase,
     vocab_size: int,
     bounds: OutputBounds | None = None,
-) -> GrammarEngine:
-    """The engine called ``name`` (``llguidance`` or ``xgrammar``) for this tokenizer."""
+) -> GrammarCompiler:
+    """The grammar compiler called ``name`` (``llguidance`` or ``xgrammar``) for this tokenizer."""
     if name == "llguidance":
-        return LLGuidanceEngine(tokenizer, vocab_size, bounds)
+        return LLGuidanceCompiler(tokenizer, vocab_size, bounds)
     if name == "xgrammar":
-        return XGrammarEngine(tokenizer, vocab_size, bounds)
-    raise ConfigError("grammar_engine", name, f"unknown engine; choose one of {ENGINES}")
+        return XGrammarCompiler(tokenizer, vocab_size, bounds)
+    raise ConfigError("grammar", name, f"choose one of {GRAMMARS}")
