@@ -1,9 +1,9 @@
-"""MeasuredCosts: what each way of writing a branch has cost on this engine, kept up to date.
+"""MeasuredCosts: what each way of writing a branch has cost on this backend, kept up to date.
 
 The planner's ``auto`` method picks, per round, the cheaper way of writing branches:
 constrained generation of a batch, or scoring the candidate actions. Before a way has run, its
 cost is the latency model's prediction; once it has, the cost is what it measured here (the
-median of its recent rounds, in model seconds per branch written), so an engine on which one
+median of its recent rounds, in model seconds per branch written), so a backend on which one
 way is dearer than the law predicts (scoring as one request per candidate, say) is found out by
 running it, and the planner moves to the other.
 
@@ -30,7 +30,7 @@ __all__ = ["MeasuredCosts"]
 _SETTLED = 3
 """Measurements after which a way counts at its median rather than its cheapest."""
 _MAX_WAIT = 4096
-"""The longest wait, in branches, between revisits: a change on the engine is still seen."""
+"""The longest wait, in branches, between revisits: a change on the backend is still seen."""
 
 
 class MeasuredCosts:

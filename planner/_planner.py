@@ -422,7 +422,7 @@ class Planner:
         out = {"generate": lat.call(size * 32, lat.typical_steps(), rows=size).p50 / size}
         if self._candidates:
             out["score"] = lat.prefill(32 + self._cand_tokens).p50
-        # A way that has run costs what it measured on this engine, not what the law predicts.
+        # A way that has run costs what it measured on this backend, not what the law predicts.
         for way in out:
             measured = self.measured.get(way)
             if measured is not None:

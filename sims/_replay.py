@@ -1,4 +1,4 @@
-"""The replay engine: one trace, several strategies, one record per event and strategy.
+"""The replay loop: one trace, several strategies, one record per event and strategy.
 
 Every strategy is run by the real runtime, configured, on a backend of its own (fresh prefix
 cache and latency fit: no strategy inherits another's warm state):
@@ -15,7 +15,7 @@ cache and latency fit: no strategy inherits another's warm state):
 With the virtual clock each strategy runs on a :class:`VirtualTimeLoop` and its backend reads a
 :class:`ChargedClock`: model calls are real, their passes are charged by the device profile,
 and the result is deterministic for a scenario, seed, model and profile. With the real clock
-the same engine runs on a normal loop and the backend's passes take the time they take.
+the same replay runs on a normal loop and the backend's passes take the time they take.
 """
 
 from __future__ import annotations

@@ -262,7 +262,7 @@ def test_auto_follows_what_each_method_measured() -> None:
     cheaper = min(predicted, key=predicted.__getitem__)
     dearer = "generate" if cheaper == "score" else "score"
     assert planner.method() == cheaper
-    # Measured on this engine, the predicted-cheaper way costs 100x what the other is predicted.
+    # Measured on this backend, the predicted-cheaper way costs 100x what the other is predicted.
     planner.measured.observe(cheaper, predicted[dearer] * 100, 1)
     assert planner.method() == dearer
     assert planner.seconds_per_branch()[cheaper] == pytest.approx(predicted[dearer] * 100)
