@@ -21,7 +21,7 @@ __all__ = [
     "PromptTokenizer",
     "describe_format",
     "prompt_length_bucket",
-    "state_context",
+    "state_text",
 ]
 
 _SENTINEL = "\x00EVENT\x00"
@@ -156,8 +156,8 @@ class PromptEncoder:
         return self._ids(text)
 
 
-def state_context(description: str, state_json: str) -> str:
-    """The shared context for one state: the task description and the state as JSON.
+def state_text(description: str, state_json: str) -> str:
+    """The state as prompt text: the task description and the state as JSON.
 
     The planner and the executor's live tiers both build prompts with it, so a live call in a
     state reuses the KV cache the planner left for that state's prefix.

@@ -21,7 +21,7 @@ if _typing.TYPE_CHECKING:
     from ._gate import ModelGate
     from ._health import PlannerHealth
     from ._model_source import cache_root, resolve_model
-    from ._prompt import Prompt, prompt_length_bucket, state_context
+    from ._prompt import Prompt, prompt_length_bucket, state_text
     from .backends._llama_binary import LLAMA_CPP_VERSION, build_dir, llama_server_path
     from .backends._server_url import is_server_url
     from .grammar._compilers import make_grammar_compiler
@@ -43,7 +43,7 @@ __all__ = [
     "make_grammar_compiler",
     "prompt_length_bucket",
     "resolve_model",
-    "state_context",
+    "state_text",
 ]
 
 # Name -> the private module that defines it (relative to this package).
@@ -64,7 +64,7 @@ _WHERE = {
     "make_grammar_compiler": ".grammar._compilers",
     "prompt_length_bucket": "._prompt",
     "resolve_model": "._model_source",
-    "state_context": "._prompt",
+    "state_text": "._prompt",
 }
 
 

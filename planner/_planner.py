@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from forethought.models import GenerationStatus, ModelBackend
-from forethought.models.internals import ModelGate, PlannerHealth, state_context
+from forethought.models.internals import ModelGate, PlannerHealth, state_text
 from forethought.policies import (
     ActionSchema,
     ConfigError,
@@ -677,7 +677,7 @@ class Planner:
             return await self._score_batch(batch, retry=retry)
         cfg = self._config
         state = batch[0].state
-        context = state_context(self._description, state.to_json())
+        context = state_text(self._description, state.to_json())
         events = [b.key.describe() for b in batch]
         async with self._gate.background() as cancel:
             t0 = self._now()
@@ -752,7 +752,7 @@ class Planner:
         cands = self._candidates
         assert cands is not None
         cfg = self._config
-        context = state_context(self._description, batch[0].state.to_json())
+        context = state_text(self._description, batch[0].state.to_json())
         refused = 0
         async with self._gate.background() as cancel:
             for branch in batch:

@@ -5,7 +5,7 @@ so whether it breaks a guard does not depend on the event: only whether the guar
 does. A guard's ``when`` is a conjunction of conditions on single fields, so it can hold for
 some declared (state, event) exactly when each condition has a witness in its field's declared
 domain: an event parameter's values (a list, or any number within a grid's range: events carry
-raw readings), a categorical state field's values (:class:`StateValues`: the initial one and
+raw readings), a categorical state field's values (:class:`StateDomain`: the initial one and
 those effects set), a numeric state field any number. The search is therefore exact and linear
 in the conditions: no enumeration of the product of domains. A counter-example names the guard,
 the event (type and parameters) and the state. Events of an undeclared type get the spec's
@@ -77,7 +77,7 @@ def default_breaches(spec: SpecFields, guards: GuardSet | None = None) -> list[D
     guards = guards if guards is not None else GuardSet(spec.guards)
     if not guards:
         return []
-    values = _state_values(spec)
+    values = _state_domain(spec)
     out = []
     for i, t in enumerate(spec.events):
         default = t.default_action if t.default_action is not None else spec.default_action
@@ -136,10 +136,10 @@ def _witness(
     return params, state
 
 
-def _state_values(spec: SpecFields) -> dict[str, list[Any] | None]:
+def _state_domain(spec: SpecFields) -> dict[str, list[Any] | None]:
     """Per declared state field, the values it can take (None: a number, any value).
 
-    What ``StateValues`` in ``_spec_check`` declares (the initial value, the literals effects
+    What ``StateDomain`` in ``_spec_check`` declares (the initial value, the literals effects
     set, the list parameters an effect copies), kept as values rather than reprs: the proof
     matches them against conditions. Its own copy so that the spec's model, which runs this
     proof, does not import the checker that imports the model.

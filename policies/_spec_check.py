@@ -8,10 +8,10 @@ where the spec is valid but probably not what was meant: ``effects`` and ``state
 name no state field, values of the wrong kind. ``forethought check`` prints the result; a spec
 loaded by an agent runs the same checks (errors stop it, warnings are logged).
 
-:class:`StateValues` is what a spec declares about its state: the fields and, for categorical
-fields (strings, booleans), the values the planner can know of (the initial one and those
-effects set). A state update naming anything else is legal but leaves the tree with nothing
-planned for it; :meth:`StateValues.unknown` says so.
+:class:`StateDomain` is the state's domain as a spec declares it: the fields and, for
+categorical fields (strings, booleans), the values the planner can know of (the initial one and
+those effects set). A state update naming anything else is legal but leaves the tree with nothing
+planned for it; :meth:`StateDomain.unknown` says so.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from ._errors import ForethoughtError, error_path
 from ._spec_fields import EVENT_EXTRA_KEYS, SpecFields, event_keys, required_spec_keys, spec_keys
 
-__all__ = ["Problem", "StateValues", "check_spec", "did_you_mean", "validation_problems"]
+__all__ = ["Problem", "StateDomain", "check_spec", "did_you_mean", "validation_problems"]
 
 Severity = Literal["error", "warning"]
 
@@ -576,8 +576,8 @@ def check_spec(data: Any, *, extra_keys: Collection[str] = ()) -> list[Problem]:
     return _Checker(data, extra_keys).run()
 
 
-class StateValues:
-    """The state fields a spec declares, and the values its categorical fields can take.
+class StateDomain:
+    """The state's domain: the declared fields, and the values the categorical ones can take.
 
     A field is declared by the spec's ``state``; a categorical (string or boolean) field's
     values by its initial value, the literal ``effects`` that set it and the categorical
@@ -590,7 +590,7 @@ class StateValues:
         self._values = dict(values)
 
     @classmethod
-    def of(cls, spec: Any) -> StateValues:
+    def of(cls, spec: Any) -> StateDomain:
         """The declarations of an :class:`AgentSpec`."""
         from ._events import Grid  # noqa: PLC0415
 
@@ -613,7 +613,7 @@ class StateValues:
         return cls(values)
 
     @classmethod
-    def of_document(cls, data: Mapping[str, Any]) -> StateValues:
+    def of_document(cls, data: Mapping[str, Any]) -> StateDomain:
         """The same declarations read leniently from a spec document that may not load.
 
         ``check`` uses it to warn about unreachable conditions even while other parts of the

@@ -19,7 +19,7 @@ if _typing.TYPE_CHECKING:
     from ._errors import first_problem
     from ._events import EventType, Grid
     from ._spec import load_document
-    from ._spec_check import StateValues, did_you_mean, validation_problems
+    from ._spec_check import StateDomain, did_you_mean, validation_problems
     from ._spec_fields import EVENT_EXTRA_KEYS
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     "EventType",
     "Grid",
     "StateAbstraction",
-    "StateValues",
+    "StateDomain",
     "did_you_mean",
     "first_problem",
     "load_document",
@@ -40,7 +40,7 @@ _WHERE = {
     "EventType": "._events",
     "Grid": "._events",
     "StateAbstraction": "._abstraction",
-    "StateValues": "._spec_check",
+    "StateDomain": "._spec_check",
     "did_you_mean": "._spec_check",
     "first_problem": "._errors",
     "load_document": "._spec",

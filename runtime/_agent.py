@@ -34,7 +34,7 @@ from forethought.policies import (
     SnapshotError,
     WorldState,
 )
-from forethought.policies.internals import StateValues
+from forethought.policies.internals import StateDomain
 
 from ._backend_choice import backend_for
 from ._capabilities import (
@@ -113,7 +113,7 @@ class Agent:
         self.bus = bus
         self.recorder = recorder
         self._state = spec.initial_state(max_bytes=self.config.max_state_bytes)
-        self._state_values = StateValues.of(spec)
+        self._state_domain = StateDomain.of(spec)
         self._undeclared_seen: set[tuple[str, str]] = set()
         self.gate = ModelGate()
         self.tree = PolicyTree(
@@ -641,7 +641,7 @@ class Agent:
         warning, once per field and value: the tree holds nothing planned for it.
         """
         state = self._state.patched(patch)
-        for problem in self._state_values.unknown(patch, "update_state"):
+        for problem in self._state_domain.unknown(patch, "update_state"):
             seen = (problem.path, repr(problem.value))
             if seen not in self._undeclared_seen:
                 self._undeclared_seen.add(seen)

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from forethought.models import GenerationStatus, ModelBackend
-from forethought.models.internals import ModelGate, state_context
+from forethought.models.internals import ModelGate, state_text
 from forethought.policies import (
     ActionSchema,
     EventKey,
@@ -422,7 +422,7 @@ class Executor:
                 self._refused("tree", refused, skipped, guarded)
         # 2. score, 3. live
         if self._backend is not None:
-            context = state_context(self._description, state.to_json())
+            context = state_text(self._description, state.to_json())
             text = self._describe(event, key)
             applies = self._guards.applicable(event.params, state) if self._guarded else ()
             kind = (event.type, len(context) + len(text))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forethought.models import ModelBackend
-from forethought.models.internals import state_context
+from forethought.models.internals import state_text
 from forethought.runtime import Agent
 
 from ._replay import CallMemo, _naive_call, _Strategy, decide_and_record
@@ -51,7 +51,7 @@ class NaiveDecider:
             key = self.space.key(ev.type, ev.params)
             text = key.describe() if key is not None else ev.describe()
             spec = self.st.scenario.spec
-            context = state_context(spec.description, self.state.to_json())
+            context = state_text(spec.description, self.state.to_json())
             g = await _naive_call(self.st, self.backend, self.memo, context, text, self.schema)
             action = self.schema.readable(g.action) if g.action is not None else self.default
             done = loop.time()

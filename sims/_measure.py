@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from forethought.models import LatencyModel, LatencyProfile
-from forethought.models.internals import Cost, Pass, PassKind, Prompt, state_context
+from forethought.models.internals import Cost, Pass, PassKind, Prompt, state_text
 from forethought.policies import ActionSchema, ConfigError, PolicyNode, PolicyTree
 from forethought.runtime import Event, Tier
 from forethought.runtime.internals import Executor
@@ -370,7 +370,7 @@ def measure_profile(
     prefix: list[int] = []
     if scenario is not None:
         spec = scenario.spec
-        context = state_context(spec.description, spec.initial_state().to_json())
+        context = state_text(spec.description, spec.initial_state().to_json())
         prefix, _ = twin.prompts.encode(Prompt(context, "-"), spec.action_schema())
     fit, spread = _law(twin, log, rounds, prefix)
     if spread > max_spread:

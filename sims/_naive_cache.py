@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from forethought.models import Generation, GenerationStatus, MonotonicClock
-from forethought.models.internals import Pass, PassKind, Prompt, state_context
+from forethought.models.internals import Pass, PassKind, Prompt, state_text
 
 from ._records import StrategyRun
 from ._replay import NAIVE_OPTIONS, CallMemo
@@ -58,7 +58,7 @@ def naive_prompts(scenario: Scenario) -> list[tuple[str, str]]:
             state = state.patched(ev.state)
         key = space.key(ev.type, ev.params)
         text = key.describe() if key is not None else ev.describe()
-        seen.setdefault((state_context(spec.description, state.to_json()), text), None)
+        seen.setdefault((state_text(spec.description, state.to_json()), text), None)
         if key is not None and space.types[key.type].effects:
             state = state.after(space.types[key.type], key)
     return list(seen)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from forethought.models import DecodeOptions, Generation, LatencyProfile, LoopClock, ModelBackend
-from forethought.models.internals import Pass, state_context
+from forethought.models.internals import Pass, state_text
 from forethought.planner import PlannerConfig
 from forethought.policies import ActionForm, ActionSchema, WorldState
 from forethought.runtime import Agent, AgentConfig, Decision, Event, ExecutorConfig, Tier
@@ -209,7 +209,7 @@ async def _live_naive(
                 state = state.patched(ev.state)
             key = space.key(ev.type, ev.params)
             text = key.describe() if key is not None else ev.describe()
-            context = state_context(spec.description, state.to_json())
+            context = state_text(spec.description, state.to_json())
             g = await _naive_call(st, backend, memo, context, text, schema)
             action = schema.readable(g.action) if g.action is not None else default
             done = loop.time()
@@ -337,7 +337,7 @@ async def decide_and_record(
         tier=d.tier.value,
         action=d.action,
         met=d.met,
-        context=state_context(sc.spec.description, state.to_json()),
+        context=state_text(sc.spec.description, state.to_json()),
         event_text=d.key.describe() if d.key is not None else ev.describe(),
         state=state.data,
         nearest=d.nearest,

@@ -23,7 +23,7 @@ from forethought.policies import (
     Problem,
     check_spec,
 )
-from forethought.policies.internals import StateValues, did_you_mean, validation_problems
+from forethought.policies.internals import StateDomain, did_you_mean, validation_problems
 
 from ._grading import Grader, matches
 from ._reactions import WorldBlock
@@ -72,7 +72,7 @@ def check_scenario(data: Any, path: str = "scenario") -> list[Problem]:
         )
         trace = []
     spec = _spec(data)
-    values = StateValues.of(spec) if spec is not None else None
+    values = StateDomain.of(spec) if spec is not None else None
     for i, ev in enumerate(trace):
         where = f"trace[{i}]"
         problems += _model_problems(TraceEvent, _without(ev, "accept"), where)
@@ -139,7 +139,7 @@ def _spec(data: Mapping[str, Any]) -> AgentSpec | None:
         return None
 
 
-def _generate(gen: Any, declared: list[str], values: StateValues | None) -> list[Problem]:
+def _generate(gen: Any, declared: list[str], values: StateDomain | None) -> list[Problem]:
     problems = _model_problems(Generate, gen, "generate")
     if not isinstance(gen, Mapping):
         return problems
@@ -167,7 +167,7 @@ def _generate(gen: Any, declared: list[str], values: StateValues | None) -> list
     return problems
 
 
-def _drift(drifts: list[Any], values: StateValues) -> list[Problem]:
+def _drift(drifts: list[Any], values: StateDomain) -> list[Problem]:
     problems: list[Problem] = []
     for j, d in enumerate(drifts):
         if isinstance(d, Mapping) and isinstance(d.get("field"), str):
@@ -200,7 +200,7 @@ def check_accept(data: Any) -> list[Problem]:
     schema, default = _action_parts(data)
     raw_state = data.get("state")
     state = raw_state if isinstance(raw_state, Mapping) else {}
-    values = StateValues.of_document(data)
+    values = StateDomain.of_document(data)
     domains: dict[str, Mapping[str, Any]] = {}
     rules: list[tuple[str, Any, str | None]] = []
     for i, ev in enumerate(data.get("events") or []):
@@ -244,7 +244,7 @@ def _action_parts(data: Mapping[str, Any]) -> tuple[ActionSchema | None, Mapping
 
 
 def _unreachable(
-    where: str, raw: Any, params: Mapping[str, Any], values: StateValues
+    where: str, raw: Any, params: Mapping[str, Any], values: StateDomain
 ) -> list[Problem]:
     """Warnings for ``when`` conditions no declared state or parameter value meets."""
     out: list[Problem] = []

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from forethought.models import LatencyModel, LatencyProfile
-from forethought.models.internals import state_context
+from forethought.models.internals import state_text
 from forethought.planner import PlannerConfig
 from forethought.policies import (
     AgentSpec,
@@ -123,7 +123,7 @@ def plan_cost(spec: AgentSpec, profile: str = DEFAULT_PROFILE) -> PlanCost:
     abstraction = spec.state_abstraction()
     types = []
     seconds = 0.0
-    prompt = max(len(state_context(spec.description, s.to_json())) for s in states)
+    prompt = max(len(state_text(spec.description, s.to_json())) for s in states)
     context_tokens = round(prompt / _CHARS_PER_TOKEN)
     for name in space.types:
         keys = [k for k in space if k.type == name]

@@ -24,7 +24,7 @@ from forethought.policies import (
     SnapshotError,
     WorldState,
 )
-from forethought.policies.internals import StateValues, load_document
+from forethought.policies.internals import StateDomain, load_document
 
 __all__ = ["run_tree"]
 
@@ -138,7 +138,7 @@ def _warn_unreached(spec: AgentSpec, state: WorldState, patch: dict[str, Any]) -
         "answer until the planner catches up)",
         file=sys.stderr,
     )
-    for problem in StateValues.of(spec).unknown(patch, "--state"):
+    for problem in StateDomain.of(spec).unknown(patch, "--state"):
         print(problem.line(), file=sys.stderr)
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from forethought.models import CancelSignal, GenerationStatus, ServerBackend, TransformersBackend
 from forethought.models._model_load import LoadedModel
-from forethought.models._prompt import Prompt, state_context
+from forethought.models._prompt import Prompt, state_text
 from forethought.models.backends._call_prediction import live_call
 from forethought.models.backends._server import _TRIE_MARGIN_NAT
 from forethought.policies import (
@@ -157,7 +157,7 @@ async def test_a_state_never_sent_starts_the_background_call_at_once(
             # Measurements never count as stale here: only the cold prompt starts the call.
             config=ExecutorConfig(use_tree=False, use_score=False, measure_after_s=3600),
         )
-        context = state_context("test robot", state.to_json())
+        context = state_text("test robot", state.to_json())
         prefix, own = backend.prompts.encode(Prompt(context, "obstacle"), robot_schema)
         opening = len(backend.grammar(robot_schema).forced)
         assert len(prefix) > len(own) + opening  # the state's prefix is most of the prompt

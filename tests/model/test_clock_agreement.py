@@ -16,7 +16,7 @@ from forethought.commands._sim import run_sim
 from forethought.models import LatencyProfile, TransformersBackend
 from forethought.models._clock import Pass, PassKind
 from forethought.models._cost import Cost
-from forethought.models._prompt import Prompt, state_context
+from forethought.models._prompt import Prompt, state_text
 from forethought.policies import ConfigError
 from forethought.sims import load_scenario, measure_profile, metrics
 from forethought.sims._agreement import compare_clocks
@@ -369,7 +369,7 @@ def test_the_law_is_measured_after_the_scenarios_prefix(
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(SCENARIO))
     spec = load_scenario(path).spec
-    context = state_context(spec.description, spec.initial_state().to_json())
+    context = state_text(spec.description, spec.initial_state().to_json())
     log = _PassLog()
     twin = tiny_backend.sharing(clock=log)
     prefix, _ = twin.prompts.encode(Prompt(context, "-"), spec.action_schema())

@@ -19,7 +19,7 @@ from virtual_time import elapse
 
 from forethought.models import ScriptedBackend, TransformersBackend
 from forethought.models._gate import ModelGate
-from forethought.models._prompt import state_context
+from forethought.models._prompt import state_text
 from forethought.planner import PlannerBudget, PlannerConfig
 from forethought.planner._budget import BudgetBucket
 from forethought.planner._calibration import calibration, markov_bound
@@ -562,7 +562,7 @@ async def test_planner_writes_branches_by_scoring_on_the_tiny_model(
     assert all(n.action in readable and n.tokens == 0 for n in nodes)
     # what scoring chose is the candidate the backend ranks first for that event
     n = nodes[0]
-    context = state_context("You steer a warehouse robot.", planner.state.to_json())
+    context = state_text("You steer a warehouse robot.", planner.state.to_json())
     scores = await running_tiny.score(context, n.key.describe(), cands, schema, deadline=math.inf)
     assert scores.best is not None
     assert readable[scores.best] == n.action

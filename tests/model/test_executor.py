@@ -13,7 +13,7 @@ from executor_support import ACTION, SPACE, STATE
 from virtual_time import elapse
 
 from forethought.models import LatencyProfile, TransformersBackend
-from forethought.models._prompt import Prompt, state_context
+from forethought.models._prompt import Prompt, state_text
 from forethought.policies import ActionSchema, EventSpace, PolicyTree
 from forethought.runtime import Decision, Event, ExecutorConfig, Tier
 from forethought.runtime._executor import Executor
@@ -107,7 +107,7 @@ def test_a_state_prompt_too_long_to_prefill_in_any_budget_is_prefilled_in_the_ba
         async with backend:
             await backend.prepare(schema)  # what the agent does: calibrates on a short prompt
             prompt, _ = backend.prompts.encode(
-                Prompt(state_context("test robot", STATE.to_json()), "-"), schema
+                Prompt(state_text("test robot", STATE.to_json()), "-"), schema
             )
             decisions = await _live_only_stream(backend, schema, 40, every_s=0.5, budget_s=0.3)
         return decisions, len(prompt)

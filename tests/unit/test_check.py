@@ -19,7 +19,7 @@ from extras import needs
 from forethought.commands._check import check_file
 from forethought.policies import AgentSpec, ConfigError, check_spec
 from forethought.policies._spec import load_document
-from forethought.policies._spec_check import StateValues
+from forethought.policies._spec_check import StateDomain
 from forethought.sims import shipped_scenarios
 from forethought.sims._file_schema import spec_file_schema
 from forethought.sims._scenario_check import check_scenario
@@ -256,9 +256,9 @@ def test_loading_a_valid_spec_logs_its_warnings(
     assert any("events[1].effects.modus" in r.getMessage() for r in caplog.records)
 
 
-def test_state_values_name_undeclared_fields_and_values() -> None:
+def test_the_state_domain_names_undeclared_fields_and_values() -> None:
     spec = AgentSpec.model_validate({k: v for k, v in DOOR.items() if k != "generate"})
-    values = StateValues.of(spec)
+    values = StateDomain.of(spec)
     assert values.declared("mode") == ["alarm", "normal"]
     assert values.unknown({"mode": "alarm", "door": "closed"}) == []
     (problem,) = values.unknown({"mode": "maintenance"})
