@@ -42,7 +42,7 @@ _BUDGET_S = 120.0
 _LOAD_TARGET_S = 2.0
 """A model load from a warm cache."""
 
-_LOAD_PROBE = """
+_LOAD_SCRIPT = """
 import time
 t0 = time.perf_counter()
 from forethought.models import TransformersBackend
@@ -59,7 +59,7 @@ print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f} {int(replayed)}")
 """Times the import and the load of the embedded model, then a second load in the same process
 (the libraries' code already imported); says whether the first load replayed the warm-up."""
 
-_ENGINE_PROBE = """
+_ENGINE_SCRIPT = """
 import asyncio, time
 t0 = time.perf_counter()
 from forethought.models import ManagedServerBackend
@@ -116,7 +116,7 @@ def one_round(code: str) -> dict[str, Any]:
     }
 
 
-def _probe(code: str) -> list[str]:
+def _run_fresh(code: str) -> list[str]:
     """Run ``code`` in a fresh interpreter, offline; the words of its last line."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run(
@@ -133,7 +133,7 @@ def _probe(code: str) -> list[str]:
 
 def load_round() -> dict[str, Any]:
     """Load the embedded model once in a fresh interpreter: import and load seconds."""
-    imported, load, again, replayed = _probe(_LOAD_PROBE)
+    imported, load, again, replayed = _run_fresh(_LOAD_SCRIPT)
     return {
         "import_s": float(imported),
         "load_s": float(load),
@@ -146,7 +146,7 @@ def engine_round() -> dict[str, Any] | None:
     """Start the managed llama-server once in a fresh interpreter; None when it is not built."""
     if llama_server_path() is None:
         return None
-    imported, start = _probe(_ENGINE_PROBE)
+    imported, start = _run_fresh(_ENGINE_SCRIPT)
     return {"engine_import_s": float(imported), "engine_start_s": float(start)}
 
 

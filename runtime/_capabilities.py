@@ -4,8 +4,8 @@ An :class:`~forethought.runtime.EventBus` only has to carry events and decisions
 :class:`~forethought.models.ModelBackend` only has to answer; some do more -- keep a retained
 status, say whether they are connected, count what they did, run their model in a worker
 process. The agent and its health report ask for each of these with ``isinstance`` on one of
-the small protocols here, so mypy checks every call made after the check (an attribute probe
-by name would check nothing). The runtime's own buses declare the ones they implement; the
+the small protocols here, so mypy checks every call made after the check (an attribute looked
+up by name would check nothing). The runtime's own buses declare the ones they implement; the
 model layer cannot import the runtime, so its backends are checked against them statically at
 the end of this module.
 """

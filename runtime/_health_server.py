@@ -1,7 +1,7 @@
 """HealthServer: the health report over HTTP, on the agent's own event loop.
 
 ``GET /health`` answers the :class:`HealthReport` as JSON: status 200 when ``ok``, 503 when
-``starting`` or ``degraded`` (what load balancers and orchestrators' probes expect).
+``starting`` or ``degraded`` (what load balancers and orchestrators' health checks expect).
 ``GET /metrics`` (with ``prometheus``) answers the same figures in the Prometheus text format,
 drawn by ``prometheus-client`` from one report per scrape: counters for decisions (per tier),
 misses, fallbacks, rejects, invalid actions, model and planner failures; gauges for health,

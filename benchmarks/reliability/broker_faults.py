@@ -243,10 +243,10 @@ def _before_fault(
 
 async def _retained_status(port: int, agent: str) -> Any:
     """The retained status, as a client connecting now reads it."""
-    async with aiomqtt.Client("127.0.0.1", port, identifier=f"{agent}-probe") as probe:
-        await probe.subscribe(Topics(agent).status, qos=1)
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"{agent}-reader") as reader:
+        await reader.subscribe(Topics(agent).status, qos=1)
         async with asyncio.timeout(5):
-            m = await anext(aiter(probe.messages))
+            m = await anext(aiter(reader.messages))
     return orjson.loads(m.payload if isinstance(m.payload, bytes) else b"null")
 
 

@@ -125,7 +125,7 @@ def test_the_cdf_labels_each_types_deadline_and_the_timeline_has_a_lane_per_type
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-_PROBE = """<script>
+_IMAGE_CHECK = """<script>
 window.addEventListener('load', () => {
   const imgs = Array.from(document.images);
   const bad = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src);
@@ -139,8 +139,8 @@ window.addEventListener('load', () => {
 def test_the_report_renders_in_headless_chromium(replayed: tuple[Any, Any], tmp_path: Path) -> None:
     scenario, runs = replayed
     index = write_report(tmp_path / "report", scenario, runs)
-    probe = index.with_name("probe.html")
-    probe.write_text(index.read_text().replace("</body>", _PROBE + "</body>"))
+    checked = index.with_name("checked.html")
+    checked.write_text(index.read_text().replace("</body>", _IMAGE_CHECK + "</body>"))
     assert CHROMIUM is not None
     common = [
         CHROMIUM,
@@ -153,7 +153,7 @@ def test_the_report_renders_in_headless_chromium(replayed: tuple[Any, Any], tmp_
         "--v=0",
     ]
     out = subprocess.run(
-        [*common, "--dump-dom", probe.as_uri()],
+        [*common, "--dump-dom", checked.as_uri()],
         capture_output=True,
         text=True,
         timeout=120,

@@ -79,11 +79,11 @@ def test_forethought_run_decides_on_a_server_without_torch(
     decides events (sent with ``forethought send`` over a real Mosquitto)."""
     python = _torch_free_venv()
     for module in ("torch", "transformers"):
-        probe = subprocess.run(
+        tried = subprocess.run(
             [str(python), "-c", f"import {module}"], capture_output=True, text=True, check=False
         )
-        assert probe.returncode != 0, module
-        assert f"No module named '{module}'" in probe.stderr
+        assert tried.returncode != 0, module
+        assert f"No module named '{module}'" in tried.stderr
     # The GGUF's tokenizer is read from its converted folder (tokenizers and jinja2 only).
     tokenizer = gguf_cache_dir(Path(resolve_model("smollm2-135m").location), model_cache)
     spec = tmp_path / "spec.json"

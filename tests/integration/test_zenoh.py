@@ -75,13 +75,13 @@ class Peer:
 
     def linked(self, timeout_s: float) -> None:
         """Wait until the agent's event subscription is known here: a put now reaches it."""
-        probe = self.session.declare_publisher(f"forethought/{AGENT}/events/clear")
+        publisher = self.session.declare_publisher(f"forethought/{AGENT}/events/clear")
         try:
             until_holds_blocking(
-                lambda: probe.matching_status.matching, timeout_s, "the agent's subscription"
+                lambda: publisher.matching_status.matching, timeout_s, "the agent's subscription"
             )
         finally:
-            probe.undeclare()
+            publisher.undeclare()
 
     def close(self) -> None:
         self.session.close()

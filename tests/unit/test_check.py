@@ -299,7 +299,7 @@ def test_shipped_scenarios_check_without_errors(path: Path) -> None:
 
 def test_check_command_loads_no_model(tmp_path: Path) -> None:
     path = write(tmp_path, broken(actoin={}))
-    probe = (
+    script = (
         "import sys, time; t = time.perf_counter(); from forethought._cli import main; "
         f"rc = main(['check', {str(path)!r}]); "
         "print('torch' in sys.modules, 'transformers' in sys.modules, "
@@ -308,7 +308,7 @@ def test_check_command_loads_no_model(tmp_path: Path) -> None:
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     torch, transformers, networkx, httpx, rc, seconds = out.stderr.split()[-6:]
