@@ -229,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "rounds": args.rounds,
         "sides": [name for name, _, _, _ in sides],
+        "switch_ms": args.switch_ms,
+        "threads": args.threads,
         "targets": TARGETS,
         "medians": medians,
         "per_round": rounds,
