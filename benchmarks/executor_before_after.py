@@ -1,7 +1,7 @@
 """The executor bench before and after a change, in one run: interleaved rounds, medians.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/executor_before_after.py \
-        [--base REV] [--rounds 3] [--switch-ms 0.5] [--json PATH] [--machine TEXT]
+        [--base REV] [--rounds 3] [--switch-ms 0.5] [--threads 1] [--json PATH] [--machine TEXT]
 
 Each round runs ``forethought bench --suite executor --quick``'s default mode (the model on a
 thread: tree hits at 200 Hz in process, MQTT publish -> action and Zenoh put -> action at
@@ -9,7 +9,9 @@ thread: tree hits at 200 Hz in process, MQTT publish -> action and Zenoh put -> 
 commit (checked out with ``git worktree add`` into a temporary folder) and the current tree,
 plus, per ``--switch-ms``, the current tree with ``sys.setswitchinterval`` set to that many
 milliseconds (the experiment on the event loop's wake-up lag: how long the planner's thread
-may hold the interpreter before the loop's thread gets it back). The order of the sides
+may hold the interpreter before the loop's thread gets it back), and per ``--threads``, the
+current tree with torch decoding on that many threads (``TransformersBackend(threads=N)``:
+fewer threads than cores leave the event loop's thread a core). The order of the sides
 rotates from round to round, so a machine that gets busier or quieter during the run weighs on
 each side alike. Both sides import the package from their own tree (a finder placed before
 the editable install's) and share this interpreter's environment.
@@ -82,7 +84,7 @@ class _TreeFinder(importlib.abc.MetaPathFinder):
         )
 
 
-def _child(root: Path, switch_ms: float | None, out: Path) -> None:
+def _child(root: Path, switch_ms: float | None, threads: int | None, out: Path) -> None:
     """One side of one round, in this (fresh) process: the bench's default mode, as JSON."""
     sys.meta_path.insert(0, _TreeFinder(root))
     if switch_ms is not None:
@@ -97,7 +99,11 @@ def _child(root: Path, switch_ms: float | None, out: Path) -> None:
     where = Path(forethought.__file__).resolve().parent.parent
     if where != root.resolve():
         raise SystemExit(f"imported forethought from {where}, not {root}")
-    backend = TransformersBackend(model=DEFAULT_MODEL, device="cpu")
+    backend = (
+        TransformersBackend(model=DEFAULT_MODEL, device="cpu")
+        if threads is None  # the base commit may not take the argument
+        else TransformersBackend(model=DEFAULT_MODEL, device="cpu", threads=threads)
+    )
     backend.load(warm_up=True)
     broker = MosquittoBroker() if mosquitto_path() is not None else None
     if broker is not None:
@@ -132,7 +138,7 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(got) if got else None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default=None, help="the 'before' commit (default: merge-base)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -143,14 +149,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="also run the current tree with sys.setswitchinterval at this many ms (repeatable)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        action="append",
+        default=[],
+        help="also run the current tree with torch on this many threads (repeatable)",
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "executor-before-after.json")
     parser.add_argument("--machine", default=None, help="how to name the machine in the JSON")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-switch-ms", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-threads", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments(argv)
     if args.child is not None:
-        _child(args.child, args.child_switch_ms, args.child_out)
+        _child(args.child, args.child_switch_ms, args.child_threads, args.child_out)
         return 0
 
     base = args.base or _git("merge-base", "HEAD", "main")
@@ -159,11 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     before_dir = Path(tempfile.mkdtemp(prefix="exec-before-"))
     _git("worktree", "add", "--detach", str(before_dir), base_sha)
-    sides: list[tuple[str, Path, float | None]] = [
-        ("before", before_dir, None),
-        ("after", ROOT, None),
+    sides: list[tuple[str, Path, float | None, int | None]] = [
+        ("before", before_dir, None, None),
+        ("after", ROOT, None, None),
     ]
-    sides += [(f"after, switchinterval {ms:g} ms", ROOT, ms) for ms in args.switch_ms]
+    sides += [(f"after, switchinterval {ms:g} ms", ROOT, ms, None) for ms in args.switch_ms]
+    sides += [
+        (f"after, torch on {n} thread{'s' if n > 1 else ''}", ROOT, None, n) for n in args.threads
+    ]
     started = datetime.datetime.now(datetime.UTC)
     load_start = os.getloadavg()
     rounds: list[dict[str, Any]] = []
@@ -171,12 +192,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for r in range(args.rounds):
             order = sides[r % len(sides) :] + sides[: r % len(sides)]
-            for name, root, ms in order:
+            for name, root, ms, threads in order:
                 with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
                     out = Path(f.name)
                 cmd = [sys.executable, __file__, "--child", str(root), "--child-out", str(out)]
                 if ms is not None:
                     cmd += ["--child-switch-ms", str(ms)]
+                if threads is not None:
+                    cmd += ["--child-threads", str(threads)]
                 print(f"round {r + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
                 subprocess.run(cmd, check=True, env=env, cwd=root)
                 result = json.loads(out.read_text())
@@ -190,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             fig: _median([x["figures"][fig] for x in rounds if x["side"] == name])
             for fig in FIGURES
         }
-        for name, _, _ in sides
+        for name, _, _, _ in sides
     }
     report = {
         "command": "forethought bench --suite executor --quick (the model on a thread)",
@@ -205,7 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "loadavg_end": os.getloadavg(),
         },
         "rounds": args.rounds,
-        "sides": [name for name, _, _ in sides],
+        "sides": [name for name, _, _, _ in sides],
+        "switch_ms": args.switch_ms,
+        "threads": args.threads,
         "targets": TARGETS,
         "medians": medians,
         "per_round": rounds,

@@ -100,7 +100,11 @@ class Bars:
         while not self._stop.wait(self._every_s):
             now = time.monotonic()
             with self._lock:
-                lines = [_line(w, now) for w in self._open.values()]
+                # Only what has been open a whole period: a wait that ends sooner stays silent
+                # (and its end is said only when it printed, see _finish_locked).
+                lines = [
+                    _line(w, now) for w in self._open.values() if now - w.started >= self._every_s
+                ]
             for line in lines:
                 print(line, file=sys.stderr, flush=True)
 

@@ -20,7 +20,15 @@ from forethought.policies.internals import first_problem
 
 from ._age import AgeSource
 
-__all__ = ["Arrival", "Event", "EventPayload", "ReplyTo", "parse_payload", "raw_id"]
+__all__ = [
+    "Arrival",
+    "Event",
+    "EventPayload",
+    "ReplyTo",
+    "parse_payload",
+    "raw_id",
+    "with_deadline",
+]
 
 
 class EventPayload(BaseModel):
@@ -83,8 +91,10 @@ class Event:
         type: the event type.
         params: raw parameters (snapped to the grid when mapped to a key).
         arrived_at: arrival time on the runtime's clock.
-        deadline: absolute deadline on the same clock; None until the agent resolves it at
-            arrival (when it was sent + the type's ``deadline_ms``), once.
+        deadline: absolute deadline on the same clock; None until :func:`with_deadline`
+            resolves it at arrival, once (a sender's absolute ``deadline_ns`` is set here).
+        deadline_ms: the relative deadline the sender gave, counted from when it was sent;
+            None: the event type's.
         state: fields to set in the state just before deciding.
         reply: where to send the decision, besides the actions topic.
         sent_at: when the sender says it sent the event, on the runtime's clock (None: not
@@ -102,6 +112,7 @@ class Event:
     params: dict[str, Any]
     arrived_at: float
     deadline: float | None = None
+    deadline_ms: float | None = None
     state: dict[str, Any] | None = None
     reply: ReplyTo | None = None
     sent_at: float | None = None
@@ -130,10 +141,11 @@ class Event:
     ) -> Event:
         """Build from a validated payload that arrived at ``arrival``.
 
-        A relative ``deadline_ms`` counts from when the event was sent: the payload's
-        ``sent_at_ns``, else the bus's ``sent_ns`` (a Zenoh timestamp), else the arrival
-        (``in_process``: nothing lies between; otherwise the age is unknown). An absolute
-        ``deadline_ns`` is moved onto the loop's clock with the arrival's wall offset.
+        When the event was sent: the payload's ``sent_at_ns``, else the bus's ``sent_ns`` (a
+        Zenoh timestamp), else the arrival (``in_process``: nothing lies between; otherwise
+        the age is unknown). A relative ``deadline_ms`` is kept as given, for
+        :func:`with_deadline` to count from then; an absolute ``deadline_ns`` is moved onto
+        the loop's clock with the arrival's wall offset.
         ``expiry_s``: the MQTT Message Expiry Interval left on delivery.
         """
         arrived_at, offset = arrival.at, arrival.wall_offset_s
@@ -147,7 +159,7 @@ class Event:
         deadline = None
         if payload.deadline_ns is not None:
             deadline, age = payload.deadline_ns / 1e9 + offset, AgeSource.DEADLINE_NS
-        event = cls(
+        return cls(
             id=payload.id,
             type=payload.type,
             params=dict(payload.params),
@@ -159,10 +171,22 @@ class Event:
             # Whole seconds, rounded down by the broker: up to one more may be left.
             expires_at=arrived_at + expiry_s + 1 if expiry_s is not None else None,
             wall_offset_s=offset,
+            deadline=deadline,
+            deadline_ms=payload.deadline_ms,
         )
-        if payload.deadline_ms is not None:
-            deadline = event.counted_from + payload.deadline_ms / 1e3
-        return replace(event, deadline=deadline) if deadline is not None else event
+
+
+def with_deadline(event: Event, type_ms: float) -> Event:
+    """``event`` with its absolute deadline: the one place a relative deadline is resolved.
+
+    An absolute deadline (the sender's ``deadline_ns``, or a replay's) stands. Otherwise the
+    sender's ``deadline_ms``, else ``type_ms`` (the event type's), counted from when the event
+    was sent if that is known, else from its arrival (:attr:`Event.counted_from`).
+    """
+    if event.deadline is not None:
+        return event
+    ms = event.deadline_ms if event.deadline_ms is not None else type_ms
+    return replace(event, deadline=event.counted_from + ms / 1e3)
 
 
 def parse_payload(raw: bytes | str | dict[str, Any], *, max_bytes: int) -> EventPayload:

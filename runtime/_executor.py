@@ -45,7 +45,7 @@ from forethought.policies import (
 
 from ._capabilities import SupportsLivePrediction
 from ._decision import Decision, Tier, late_reason, wall_ns
-from ._event import Event
+from ._event import Event, with_deadline
 from ._guard_counts import GuardCounts
 from ._id_window import EXECUTOR_MAX_IDS, EXECUTOR_WINDOW_S, IdWindow
 from ._renamed_keys import renamed_keys
@@ -260,14 +260,13 @@ class Executor:
     def arrived(self, event: Event) -> Event:
         """``event`` with its absolute deadline resolved, once, at arrival.
 
-        An event that carries no deadline gets its type's ``deadline_ms`` (or the configured
-        default for an undeclared type) from when it was sent, if known, else from arrival.
+        By :func:`with_deadline`: the sender's deadline, else the type's ``deadline_ms`` (or
+        the configured default for an undeclared type), from when it was sent if known, else
+        from arrival.
         """
-        if event.deadline is not None:
-            return event
         spec = self._space.types.get(event.type)
         ms = spec.deadline_ms if spec is not None else self._config.default_deadline_ms
-        return replace(event, deadline=event.counted_from + ms / 1e3)
+        return with_deadline(event, ms)
 
     def known(self, event_id: str) -> bool:
         """Whether ``event_id`` is being decided or was decided within the id window."""

@@ -62,7 +62,9 @@ def page(run: dict[str, Any]) -> dict[str, Any]:
         "profile": "none (real time, the embedded model on a thread)",
         "rounds": run["rounds"],
         "command": "benchmarks/executor_before_after.py --base "
-        f"{commits['before'][:7]} --rounds {run['rounds']} --switch-ms 0.5",
+        f"{commits['before'][:7]} --rounds {run['rounds']}"
+        + "".join(f" --switch-ms {ms:g}" for ms in run.get("switch_ms", [0.5]))
+        + "".join(f" --threads {n}" for n in run.get("threads", [])),
         "intro": (
             "`forethought bench --suite executor --quick` in a fresh process per side and "
             "round: 2,000 tree hits at 200 Hz in process, then 500 MQTT events and 500 Zenoh "
@@ -70,8 +72,14 @@ def page(run: dict[str, Any]) -> dict[str, Any]:
             "throughout. Sides: the event path before (two queues joined by a copy task, the "
             "deadline resolved twice, the id checked three times, an answer validated up to "
             "three times) and after (one queue, each once), and the same code with the "
-            "interpreter's switch interval at 0.5 ms instead of 5 ms. Rounds interleaved, the "
-            "order rotating; medians of the rounds."
+            "interpreter's switch interval at 0.5 ms instead of 5 ms"
+            + (
+                " and with torch decoding on fewer threads than the cores "
+                "(`TransformersBackend(threads=N)`), which leaves the event loop's thread a core"
+                if run.get("threads")
+                else ""
+            )
+            + ". Rounds interleaved, the order rotating; medians of the rounds."
         ),
         "columns": ["figure", *(names[s] for s in sides), "target"],
         "rows": [

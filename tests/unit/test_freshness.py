@@ -22,22 +22,42 @@ from forethought.runtime import (
 from forethought.runtime._age import AgeSource, zenoh_sent_ns
 from forethought.runtime._backlog import Backlog
 from forethought.runtime._decision import late_reason
-from forethought.runtime._event import Arrival
+from forethought.runtime._event import Arrival, with_deadline
 from forethought.runtime._freshness import Freshness
 
 WALL = 1_800_000_000.0  # the wall clock at arrival, s
 ARRIVAL = Arrival(at=100.0, wall_offset_s=100.0 - WALL)  # the loop's clock reads 100 s
 
 
+TYPE_MS = 1000.0  # the event type's deadline, for an event whose sender gives none
+
+
 def event(**payload: Any) -> Event:
-    """An event arrived at loop time 100 s (wall ``WALL``), as a bus builds it."""
+    """An event arrived at loop time 100 s (wall ``WALL``), as a bus builds it, its deadline
+    resolved as the agent resolves it at arrival."""
     extra = {k: payload.pop(k) for k in ("sent_ns", "expiry_s", "in_process") if k in payload}
     body = EventPayload.model_validate({"id": "e", "type": "ping", **payload})
-    return Event.from_payload(body, arrival=ARRIVAL, **extra)
+    return with_deadline(Event.from_payload(body, arrival=ARRIVAL, **extra), TYPE_MS)
 
 
 def ns(wall_s: float) -> int:
     return round(wall_s * 1e9)
+
+
+def test_the_sender_s_deadline_is_kept_until_resolved_once_at_arrival() -> None:
+    body = EventPayload.model_validate({"id": "e", "type": "ping", "deadline_ms": 300})
+    raw = Event.from_payload(body, arrival=ARRIVAL, in_process=True)
+    assert raw.deadline is None  # the bus resolves nothing: the agent does, once
+    assert raw.deadline_ms == 300
+    assert with_deadline(raw, TYPE_MS).deadline == pytest.approx(
+        100.3
+    )  # the sender's, not the type's
+    no_budget = Event.from_payload(
+        EventPayload.model_validate({"id": "f", "type": "ping"}), arrival=ARRIVAL, in_process=True
+    )
+    assert with_deadline(no_budget, TYPE_MS).deadline == pytest.approx(101.0)  # the type's
+    resolved = with_deadline(raw, TYPE_MS)
+    assert with_deadline(resolved, 5.0) is resolved  # resolved once: it stands
 
 
 def test_a_relative_deadline_counts_from_when_the_event_was_sent() -> None:

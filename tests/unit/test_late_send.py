@@ -19,7 +19,7 @@ from forethought.models import ScriptedBackend
 from forethought.planner import PlannerConfig
 from forethought.policies import InvalidEvent
 from forethought.runtime import Event, EventPayload, EventsConfig
-from forethought.runtime._event import Arrival
+from forethought.runtime._event import Arrival, with_deadline
 from forethought.runtime._freshness import Freshness
 
 SPEC: dict[str, Any] = {
@@ -74,7 +74,8 @@ def _event(deadline_ms: float) -> Event:
     body = EventPayload.model_validate(
         {"id": "e", "type": "ping", "params": {"n": 1}, "deadline_ms": deadline_ms}
     )
-    return Event.from_payload(body, arrival=Arrival(at=100.0, wall_offset_s=0.0), in_process=True)
+    raw = Event.from_payload(body, arrival=Arrival(at=100.0, wall_offset_s=0.0), in_process=True)
+    return with_deadline(raw, 1000.0)  # as the agent resolves it at arrival: the sender's
 
 
 def test_at_send_passes_up_to_the_deadline_and_refuses_after() -> None:
