@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("what", choices=("levers", "state-fields"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("names", nargs="*", help="state-fields: shipped scenario names")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()  # names may follow --out
     backend = TransformersBackend(model="smollm2-135m", threads=replay_threads("virtual"))
     backend.load()
     started = time.monotonic()
