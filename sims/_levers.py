@@ -69,10 +69,15 @@ def fixed_profile(scenario: Scenario) -> tuple[str, LatencyProfile]:
 
 
 def without_abstraction(scenario: Scenario) -> Scenario:
-    """The scenario with every state field in every fingerprint, unsnapped."""
+    """The scenario with every state field in every fingerprint, unsnapped.
+
+    The spec-wide ``state_fields`` go as well as each type's: either alone leaves a key that
+    is not the whole state.
+    """
     spec = scenario.spec
     plain = spec.model_copy(
         update={
+            "state_fields": None,
             "state_grids": {},
             "state_tolerance": {},
             "events": [e.model_copy(update={"state_fields": None}) for e in spec.events],
