@@ -201,7 +201,12 @@ class Decoder:
             run.stop_open(
                 GenerationStatus.DEADLINE if run.prefilled else GenerationStatus.NOT_STARTED
             )
-        if run.passes and any(r.reason is GenerationStatus.DONE for r in results):
+        # A constrained action that the prefill's logits and the grammar's forced tokens
+        # complete needed no decode pass: 0 is an observation, not "nothing seen" (which keeps
+        # typical_steps at its default 8, so every live call is predicted 8 passes too long and
+        # nothing that runs ever corrects it). Unconstrained, 0 passes is an EOS at once.
+        done = any(r.reason is GenerationStatus.DONE for r in results)
+        if done and (run.passes or engine is not None):
             self._latency.observe_action(run.passes)
         return DecodeResult(
             rows=results,

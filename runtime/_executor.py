@@ -666,7 +666,10 @@ class Executor:
     ) -> _Answer | None:
         backend, cands = self._backend, self._candidates
         assert backend is not None
-        if not self._config.use_score or cands is None:
+        if not self._config.use_score:
+            skipped.append(("score", "disabled"))
+            return None
+        if cands is None:
             skipped.append(("score", "action space not enumerable"))
             return None
         if applies:  # only the candidates the guards that apply allow (cached per guard set)

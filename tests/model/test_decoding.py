@@ -244,3 +244,21 @@ def test_latency_model_predicts_measured_calls(tiny_backend: TransformersBackend
         measured = r.finished_at - r.started_at
         errors.append(abs(measured - predicted.p50) / measured)
     assert sorted(errors)[2] < 0.5  # median relative error under 50 % on a noisy 2-core box
+
+
+def test_an_action_the_prefill_completes_counts_as_zero_decode_passes(
+    tiny_backend: TransformersBackend,
+) -> None:
+    # One enum: the prefill's logits choose the value, the grammar forces the rest, so the
+    # action needs no decode pass. That is an observation (0), not "nothing seen": left out,
+    # typical_steps keeps its default 8 and every live call is predicted 8 steps too long.
+    lat = LatencyModel()
+    backend = tiny_backend.sharing(latency=lat)
+    schema = ActionSchema.from_json_schema(
+        {"type": "object", "properties": {"a": {"enum": ["stop", "go"]}}, "required": ["a"]}
+    )
+    gen = backend.generate_sync(CONTEXT, [EVENTS[0]], schema, deadline=far())[0]
+    assert gen.status is GenerationStatus.DONE
+    assert gen.output_tokens == gen.forced_tokens + 1  # one chosen token, from the prefill
+    assert lat.history().steps == ()  # no decode pass ran
+    assert lat.typical_steps() == 0

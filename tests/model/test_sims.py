@@ -319,3 +319,20 @@ def test_the_matrix_runs_only_the_strategies_asked_for(
     assert all(r["coverage_per_branch"] is not None for r in rows)
     with pytest.raises(ConfigError, match="--strategy"):
         matrix("tree,psychic")
+
+
+@pytest.mark.model
+def test_a_one_decision_action_is_answered_live_on_a_fast_device(
+    tiny_backend: TransformersBackend, tmp_path: Path
+) -> None:
+    # BASE's action is one enum (the prefill decides it, no decode pass): on a fast device a
+    # live call takes a prefill (~20 ms), well inside a 150 ms deadline. The live tier must
+    # learn that from its own calls, not predict the default 8 decode steps for ever.
+    from forethought.sims import PROFILES
+
+    data = {**BASE, "generate": {"seed": 1, "count": 4, "mean_gap_ms": 400}}
+    scenario = load_scenario(write(tmp_path, data))
+    runs = replay(scenario, tiny_backend, strategies=("live",), profile=PROFILES["gpu-8b"])
+    tiers = [r.tier for r in runs["live"].records]
+    assert len(tiers) == 5  # the trace's event and the 4 generated ones
+    assert all(t == "live" for t in tiers), tiers

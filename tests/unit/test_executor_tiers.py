@@ -262,3 +262,12 @@ def test_a_backend_that_predicts_its_live_calls_is_asked_for_this_event(
         (why,) = [why for tier, why in d.skipped if tier == "live"]
         assert re.fullmatch(r"p95 500 ms > budget 2\d\d ms: does not fit", why), why
         assert d.payload()["skipped"]["live"] == why  # the reason goes out on the wire
+
+
+def test_a_score_tier_turned_off_says_so_not_that_the_space_is_not_enumerable() -> None:
+    backend = ScriptedBackend(action={"a": "go"})
+    ex = make(backend, use_score=False)
+    assert ex.candidates is not None  # the space is enumerable: only the tier is off
+    d = decide(ex, id="e", type="clear")
+    assert ("score", "disabled") in d.skipped
+    assert ("score", "action space not enumerable") not in d.skipped
