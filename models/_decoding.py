@@ -206,7 +206,7 @@ class Decoder:
         # typical_steps at its default 8, so every live call is predicted 8 passes too long and
         # nothing that runs ever corrects it). Unconstrained, 0 passes is an EOS at once.
         done = any(r.reason is GenerationStatus.DONE for r in results)
-        if done and (run.passes or engine is not None):
+        if done and (run.passes or compiler is not None):
             self._latency.observe_action(run.passes)
         return DecodeResult(
             rows=results,
