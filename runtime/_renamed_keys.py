@@ -2,21 +2,18 @@
 
 A renamed field of a settings model keeps its old key working (TOML, the environment, keyword
 arguments): the model's ``mode="before"`` validator hands its input here, which moves the old
-key's value to the new key and logs, once per process and key, which key to write instead.
-Giving both is an error naming both.
+key's value to the new key and warns (a ``FutureWarning``: Python shows it once per place by
+default, and an application may filter it as any other) which key to write instead. Giving
+both is an error naming both.
 """
 
 from __future__ import annotations
 
-import logging
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["renamed_keys"]
-
-log = logging.getLogger("forethought.config")
-_WARNED: set[str] = set()
-"""The old keys warned about in this process (each is warned about once)."""
 
 
 def renamed_keys(data: Any, renamed: Mapping[str, str], *, where: str) -> Any:
@@ -36,14 +33,10 @@ def renamed_keys(data: Any, renamed: Mapping[str, str], *, where: str) -> Any:
                 f"{where}.{old} was renamed {where}.{new}: give {new} only (both are given)"
             )
         out[new] = out.pop(old)
-        if old not in _WARNED:
-            _WARNED.add(old)
-            log.warning(
-                "%s.%s was renamed %s.%s: write %s (the old name is read until the next release)",
-                where,
-                old,
-                where,
-                new,
-                new,
-            )
+        warnings.warn(
+            f"{where}.{old} was renamed {where}.{new}: write {new} (the old name is read "
+            "until the next release)",
+            FutureWarning,
+            stacklevel=2,
+        )
     return out
