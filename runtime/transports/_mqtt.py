@@ -38,9 +38,12 @@ event id so that an actuator acts once per id (:class:`ActedIds` does it in a li
   window by a round trip, and a restarted broker answers a PUBREL for a handshake it forgot
   with "complete" -- so at QoS 2 a decision completed on a later connection than it was handed
   over on is published again too. QoS 2 (``actions_qos=2``) buys nothing through crashes here;
-* a redelivered event (the same id) is decided once -- the executor remembers ids -- and its
-  decision is not handed to the session again: the ids whose decisions are out, or on their
-  way, are remembered too;
+* a redelivered event (the same id) is decided once -- the executor remembers ids, the one
+  check of what was decided -- and its decision is not handed to the session again: the bus
+  remembers the ids whose decisions the broker has, or are on their way. That is another fact
+  than the executor's: a decision that never reached the broker (the outbox full, a refusal
+  by the broker, a publish the session refused) was decided but is published when its event
+  comes again, and only the bus knows which it was;
 * an event is acknowledged to the broker (QoS 1 PUBACK) only once its outcome is out -- its
   decision completed its handshake, or its refusal reported -- so an agent killed before that
   gets it again from the broker when it comes back.
