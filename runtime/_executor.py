@@ -58,7 +58,7 @@ __all__ = ["Executor", "ExecutorConfig", "ExecutorStats"]
 log = logging.getLogger("forethought.executor")
 _RENAMED = {"probe_after_s": "measure_after_s"}
 """Fields of :class:`ExecutorConfig` renamed (old -> new): the old names are read, with a
-warning once, until the next release."""
+``FutureWarning``, until the next release."""
 _MEASURE_S = 60.0  # a latency measurement's deadline: long enough to finish on a slow moment
 _R = TypeVar("_R")
 _Answer = tuple[dict[str, Any], BaseModel]
@@ -100,10 +100,10 @@ class ExecutorConfig(BaseModel):
     """When the live tier's p95 keeps it from starting and the latency model has measured
     nothing for this long, one call is made in the background (a latency measurement, at the
     planner's priority, so any event's call preempts it) to measure the model again. Its old
-    name ``probe_after_s`` is still read, with a warning, until the next release. A tier that
-    never runs is never
-    measured: without this, a p95 learned in a slow moment (a cold start, a busy neighbour)
-    would keep the live tier off for good once the model is fast again. The same holds when
+    name ``probe_after_s`` is still read, with a warning, until the next release. A tier
+    that never runs is never measured: without this, a p95 learned in a slow moment (a cold
+    start, a busy neighbour) would keep the live tier off for good once the model is fast
+    again. The same holds when
     the model refuses a live call before any pass (``not_started``): the state's prompt is then
     usually not cached, its prefill alone is longer than the budget, and the background call
     is what prefills it. On a server backend, a live call whose p95 does not fit because the
@@ -112,7 +112,7 @@ class ExecutorConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _renamed_keys(cls, data: Any) -> Any:
-        """Read the old names of renamed fields (see ``_RENAMED``), warning once each."""
+        """Read the old names of renamed fields (see ``_RENAMED``), with a warning."""
         return renamed_keys(data, _RENAMED, where="executor")
 
 
@@ -579,8 +579,8 @@ class Executor:
 
         ``measure``: the latency measurement to run in the background when the p95 does not
         fit and the latency model's measurements are stale (see
-        ``ExecutorConfig.measure_after_s``), or at once when
-        ``cold`` (the state's prompt is not in the server's cache).
+        ``ExecutorConfig.measure_after_s``), or at once when ``cold`` (the state's prompt is
+        not in the server's cache).
         """
         now = asyncio.get_running_loop().time()
         if now + predicted_s > end:
@@ -617,8 +617,7 @@ class Executor:
 
         One measurement at a time. ``cold``: the state's prompt is not in the server's cache, so
         the measurement is started whatever the measurements' age: it is what prefills that
-        prompt, and
-        until it has, every event in this state is predicted to prefill it too.
+        prompt, and until it has, every event in this state is predicted to prefill it too.
         """
         stale = self._stale()  # first: it also notes the latest measurement's time
         if not (stale or cold) or (self._measuring is not None and not self._measuring.done()):

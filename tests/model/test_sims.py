@@ -13,6 +13,7 @@ from forethought.commands._sim import run_matrix
 from forethought.models import LatencyProfile, ScriptedBackend, TransformersBackend
 from forethought.policies import AgentSpec, ConfigError
 from forethought.sims import (
+    PROFILES,
     load_scenario,
     metrics,
     replay,
@@ -328,8 +329,6 @@ def test_a_one_decision_action_is_answered_live_on_a_fast_device(
     # BASE's action is one enum (the prefill decides it, no decode pass): on a fast device a
     # live call takes a prefill (~20 ms), well inside a 150 ms deadline. The live tier must
     # learn that from its own calls, not predict the default 8 decode steps for ever.
-    from forethought.sims import PROFILES
-
     data = {**BASE, "generate": {"seed": 1, "count": 4, "mean_gap_ms": 400}}
     scenario = load_scenario(write(tmp_path, data))
     runs = replay(scenario, tiny_backend, strategies=("live",), profile=PROFILES["gpu-8b"])
