@@ -51,6 +51,7 @@ from ._freshness import Freshness
 from ._health import health_report
 from ._health_report import HealthReport
 from ._health_server import HealthServer
+from ._lost_cancel import raise_lost_cancel
 from ._recorder import McapRecorder
 from ._serve import serve
 from ._start_steps import NoSteps, StartSteps
@@ -478,6 +479,7 @@ class Agent:
         every = self.config.health.interval_s
         while True:
             await publish(self.health())
+            raise_lost_cancel()  # aiomqtt's publish can swallow one (Python 3.11)
             if every <= 0:
                 return
             await asyncio.sleep(every)
@@ -716,5 +718,8 @@ async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
             log.warning("agent stopped after a failure: %s", _first_error(failure))
         return
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    # asyncio.wait, not `await task`: the task's own CancelledError is expected, but one aimed
+    # at the caller (a timeout around the agent's exit) must reach it, not pass for the task's.
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.result()

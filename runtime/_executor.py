@@ -19,7 +19,6 @@ hangs is abandoned at the budget and the next tier answers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -637,8 +636,9 @@ class Executor:
         measuring, self._measuring = self._measuring, None
         if measuring is not None and not measuring.done():
             measuring.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await measuring
+            await asyncio.wait([measuring])  # its CancelledError expected, ours not swallowed
+            if not measuring.cancelled():
+                measuring.result()
 
     def _backed_off(self, tier: str, kind: tuple[str, int], skipped: list[tuple[str, str]]) -> bool:
         """Whether not to start ``tier``'s call for this kind of event (type, prompt length).

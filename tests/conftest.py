@@ -6,14 +6,16 @@ converts no model and starts no broker (and the hook below keeps it so).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import subprocess
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,6 +50,57 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "tests/unit is for tests that need nothing but the venv; move these to "
             "tests/model or tests/integration:\n  " + "\n  ".join(bad)
         )
+
+
+# -- a run that never hangs --------------------------------------------------------------
+#
+# pytest-timeout (signal method) fails a test that outlives its timeout, once; a test whose
+# clean-up then hangs (a task that will not take its cancellation) held a CI run until the
+# CI's own limit, with no word of where. So past its timeout and this margin, every
+# thread's stack goes to the real stderr and the run ends, failed.
+_STUCK_MARGIN_S = 120.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep a descriptor of the real stderr: pytest captures fd 2 while a test runs."""
+    config.stash[_STDERR] = os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Close the descriptor kept at configure."""
+    os.close(config.stash[_STDERR])
+
+
+def _arm(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        timeout = float(marker.args[0])
+    else:
+        timeout = float(item.config.getini("timeout"))
+    faulthandler.dump_traceback_later(
+        timeout + _STUCK_MARGIN_S, exit=True, file=item.config.stash[_STDERR]
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """End the run with every thread's stack once a test is stuck past its own timeout."""
+    _arm(item)
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_exception_interact(node: pytest.Item | pytest.Collector) -> None:
+    """Arm again after a failure: pytest's faulthandler plugin disarms here, and a failed
+    test's clean-up is where a stuck one hangs."""
+    if isinstance(node, pytest.Item):
+        _arm(node)
+
+
+_STDERR = pytest.StashKey[int]()
 
 
 ROBOT_ACTION = {

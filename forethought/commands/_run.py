@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -177,8 +176,9 @@ async def _connected(
             waiter.result()
         except TimeoutError:
             serving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
+            await asyncio.wait([serving])  # its CancelledError expected, ours not swallowed
+            if not serving.cancelled():
+                serving.result()
             raise ConfigError(
                 "mqtt",
                 bus.url,
@@ -212,8 +212,9 @@ async def _serve_agent(
             await serving
         finally:
             progress.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await progress
+            await asyncio.wait([progress])  # its CancelledError expected, ours not swallowed
+            if not progress.cancelled():
+                progress.result()
         display.say("forethought: shutting down")
     display.finish()
     stats = agent.stats()

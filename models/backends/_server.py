@@ -21,7 +21,6 @@ Deadlines over a network:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Sequence
@@ -246,8 +245,9 @@ class ServerBackend:
         poller, self._poller = self._poller, None
         if poller is not None:
             poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+            await asyncio.wait([poller])  # its CancelledError expected, ours not swallowed
+            if not poller.cancelled():
+                poller.result()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()

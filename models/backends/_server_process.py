@@ -170,8 +170,9 @@ class ServerProcess:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await asyncio.wait([watcher])  # its CancelledError expected, ours not swallowed
+            if not watcher.cancelled():
+                watcher.result()
         await self._end(self._proc)
         self._proc = None
         if self._dir is not None:

@@ -35,6 +35,7 @@ from nats.js.kv import KeyValue
 
 from forethought.policies import EventKey, ForethoughtError, PolicyNode, PolicyTree, WorldState
 
+from .._lost_cancel import raise_lost_cancel
 from ._config import FleetConfig
 from ._record import BranchRecord, decode_key
 
@@ -161,8 +162,9 @@ class FleetTree:
     async def __aexit__(self, *exc_info: object) -> None:
         if self._runner is not None:
             self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
+            await asyncio.wait([self._runner])  # its CancelledError expected, ours not swallowed
+            if not self._runner.cancelled():
+                self._runner.result()
         if self._nc is not None:
             with contextlib.suppress(*NATS_ERRORS):
                 await self._nc.close()
@@ -194,6 +196,7 @@ class FleetTree:
             log.warning("fleet connection: %s", str(exc) or type(exc).__name__)
 
         while True:
+            raise_lost_cancel()  # nats-py's waits can swallow one (Python 3.11)
             try:
                 self._nc = await nats.connect(
                     **self._options,
@@ -222,6 +225,7 @@ class FleetTree:
 
     async def _watch(self) -> None:
         while True:
+            raise_lost_cancel()  # nats-py's waits can swallow one (Python 3.11)
             await self._connected.wait()
             try:
                 kv = await self.js.key_value(self.names.tree)
@@ -240,6 +244,7 @@ class FleetTree:
         watcher = await kv.watchall()
         try:
             while True:
+                raise_lost_cancel()  # nats-py's waits can swallow one (Python 3.11)
                 try:
                     entry = await watcher.updates(timeout=1.0)  # type: ignore[no-untyped-call]
                 except nats.errors.TimeoutError:
@@ -308,6 +313,7 @@ class FleetTree:
 
     async def _send(self) -> None:
         while True:
+            raise_lost_cancel()  # nats-py's waits can swallow one (Python 3.11)
             await self._wake_outbox.wait()
             self._wake_outbox.clear()
             await self._connected.wait()

@@ -44,6 +44,7 @@ from forethought.policies import (
     WorldState,
 )
 
+from .._lost_cancel import raise_lost_cancel
 from ._config import FleetConfig
 from ._record import BranchRecord, branch_key, prompt_hash
 from ._tree import NATS_ERRORS, FleetTree, describe
@@ -105,6 +106,7 @@ async def ensure_fleet(js: JetStreamContext, config: FleetConfig) -> None:
     pause, longest = _PLACE_RETRY_S
     said = False
     while True:
+        raise_lost_cancel()  # nats-py's waits can swallow one (Python 3.11)
         try:
             await _create_fleet(js, config)
         except nats.js.errors.APIError as exc:
@@ -309,6 +311,7 @@ class FleetWorker:
 
     async def _write(self) -> None:
         while True:
+            raise_lost_cancel()  # nats-py's waits can swallow one (Python 3.11)
             await self._wake_writer.wait()
             self._wake_writer.clear()
             await self.fleet.wait_connected()
@@ -344,6 +347,7 @@ class FleetWorker:
         """Follow robots' states, events and offers; start over after a reconnect."""
         names = self.names
         while True:
+            raise_lost_cancel()  # nats-py's waits can swallow one (Python 3.11)
             await self.fleet.wait_connected()
             reconnects = self.fleet.reconnects
             js = self.fleet.js
@@ -374,6 +378,7 @@ class FleetWorker:
                     config=nats.js.api.ConsumerConfig(ack_wait=OFFER_ACK_WAIT_S),
                 )
                 while self.fleet.reconnects == reconnects:
+                    raise_lost_cancel()
                     try:
                         msgs = await offers.fetch(16, timeout=1.0)
                     except TimeoutError:
@@ -448,5 +453,6 @@ class _Tasks:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task])  # its CancelledError expected, ours not swallowed
+            if not task.cancelled():
+                task.result()

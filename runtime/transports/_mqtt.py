@@ -75,6 +75,7 @@ from .._decision import Decision
 from .._event import Arrival, Event, ReplyTo, parse_payload, raw_id
 from .._health_report import BusSection, HealthReport
 from .._id_window import MQTT_PUBLISHED_MAX_IDS, IdWindow
+from .._lost_cancel import raise_lost_cancel
 from ._bus import BusStats
 from ._drop_oldest import DropOldestQueue
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal
@@ -278,7 +279,8 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
         self._paho: PahoSession | None = None
         """What aiomqtt does not offer (acks, packet ids, session present): _paho_session."""
         self._generation = 0
-        """Counts connections: a packet id is acknowledged only on the one that brought it."""
+        """Moves on as each connection ends: a packet id is acknowledged only on the connection
+        that brought it, and a publish completing after a move completed on a later one."""
         self._connected = asyncio.Event()
         self._expiry = session_expiry_s
         self._actions_qos = actions_qos
@@ -358,6 +360,7 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
         delay = self._backoff[0]
         client = self._session_client()
         while True:
+            raise_lost_cancel()  # aiomqtt's waits can swallow one (Python 3.11)
             connects = self.stats.connects
             try:
                 async with client:
@@ -381,6 +384,10 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
                 )
             finally:
                 self._connected.clear()
+                # The next connection's generation starts when this one ends, not when the next
+                # is served: paho sends the session's unfinished publishes on its CONNACK, and
+                # their completions can come before the connect's await returns.
+                self._generation += 1
                 paho = self._paho_session()
                 self.stats.stale_dropped += paho.drain()
                 paho.read_disconnect()
@@ -432,7 +439,6 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
 
     async def _connection(self, client: aiomqtt.Client) -> None:
         """Serve one connection until it fails (it ends only by an exception)."""
-        self._generation += 1
         self._unacked.clear()  # unacknowledged there: the broker sends them again
         # A broker that does not answer within half a keepalive is taken for a silent one, as
         # the probe takes it (aiomqtt's own 5 s would hold a deaf connection that long).
@@ -447,6 +453,7 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
             self.stats.reconnect_s.append(loop.time() - self._lost_at)
             self._resend_recent(self._quiet_from, self._lost_at, loop.time())
             self._lost_at = None
+        raise_lost_cancel()  # lost in the connect, subscribe or publish above: stop here
         self._connected.set()
         prober = asyncio.create_task(
             self._probe(client), name=f"forethought.mqtt[{self.agent_id}].probe"
@@ -483,6 +490,7 @@ class MqttBus(SupportsAgentId, SupportsStatus, SupportsConnected, SupportsBusSta
         half = self._keepalive / 2
         self._heard_at = loop.time()
         while True:
+            raise_lost_cancel()  # lost in the unsubscribe's wait: cancelled, it would loop on
             await asyncio.sleep(half / 2)
             if loop.time() - self._heard_at < half:
                 continue

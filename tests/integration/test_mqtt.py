@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import aiomqtt
@@ -20,6 +21,7 @@ from forethought.models import ScriptedBackend
 from forethought.policies import ConfigError
 from forethought.runtime import ActedIds, Event, MqttBus, stamp_event
 from forethought.runtime._event import Arrival, parse_payload
+from forethought.runtime._lost_cancel import raise_lost_cancel
 from forethought.runtime.transports._mqtt import payload_bytes
 from forethought.testing import MosquittoBroker as Broker
 from forethought.testing import until, until_holds
@@ -348,10 +350,17 @@ async def test_two_copies_of_an_event_in_flight_are_actuated_once(
 
 
 @pytest.mark.parametrize(
-    ("qos", "resend_window_s", "copies"), [(1, 0.5, 2), (2, 0.0, 1), (2, 0.5, 2)]
+    ("qos", "resend_window_s", "copies", "connect_lag_s"),
+    [(1, 0.5, 2, 0.0), (2, 0.0, 1, 0.0), (2, 0.5, 2, 0.0), (1, 0.5, 2, 0.3)],
 )
 async def test_a_decision_whose_ack_a_frozen_broker_never_sent_is_actuated_once(
-    broker: Broker, agent_id: str, qos: int, resend_window_s: float, copies: int
+    broker: Broker,
+    agent_id: str,
+    qos: int,
+    resend_window_s: float,
+    copies: int,
+    connect_lag_s: float,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The R3 double, made on purpose: the decision reaches a frozen broker, the agent gives up
     # on the connection before any acknowledgement, the broker wakes and takes the decision
@@ -360,6 +369,18 @@ async def test_a_decision_whose_ack_a_frozen_broker_never_sent_is_actuated_once(
     # only the agent's own resend of a handshake completed on a later connection -- which a
     # crashed broker answers "complete" even when it forgot the decision -- makes the second.
     # A reconnect delay of 1 s lets the broker read the dead connection first.
+    # ``connect_lag_s``: the connect's await returns late, as on a busy machine, so the
+    # handshake paho resends on the CONNACK completes first; it completed on the new
+    # connection all the same (counted as the old one's when the count moved on serving it).
+    if connect_lag_s:
+        enter = aiomqtt.Client.__aenter__
+
+        async def lagging_enter(self: aiomqtt.Client) -> aiomqtt.Client:
+            entered = await enter(self)
+            await asyncio.sleep(connect_lag_s)
+            return entered
+
+        monkeypatch.setattr(aiomqtt.Client, "__aenter__", lagging_enter)
     async with running(
         broker, agent_id, actions_qos=qos, resend_window_s=resend_window_s, reconnect_min_s=1.0
     ) as (agent, bus, listener, _client):
@@ -387,24 +408,26 @@ async def test_a_decision_whose_ack_a_frozen_broker_never_sent_is_actuated_once(
         assert [i for t, i in enumerate(ids) if acted.first(i, now=float(t))] == ["e8"]
 
 
-class Swallower:
+class Proxy:
     """A TCP proxy in front of the broker that can swallow one kind of MQTT packet.
 
     ``kind`` is the packet type (3 PUBLISH, 6 PUBREL), swallowed on its way to the broker
-    (``to_broker``) or from it, while ``swallow`` is set. What a broker killed between its
-    answer and its save looks like to its clients, made on purpose.
+    (``to_broker``) or from it, while ``swallow`` is set: what a broker killed between its
+    answer and its save looks like to its clients, made on purpose. While ``refusing`` is
+    set, a new connection is closed at once (a broker not back yet, to this client only).
     """
 
-    def __init__(self, upstream_port: int, *, kind: int, to_broker: bool) -> None:
+    def __init__(self, upstream_port: int, *, kind: int | None, to_broker: bool = True) -> None:
         self.upstream_port = upstream_port
         self.kind = kind
         self.to_broker = to_broker
         self.swallow = False
         self.swallowed = 0
+        self.refusing = False
         self.port = 0
         self._writers: list[asyncio.StreamWriter] = []
 
-    async def __aenter__(self) -> Swallower:
+    async def __aenter__(self) -> Proxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -434,6 +457,9 @@ class Swallower:
             await dst.drain()
 
     async def _serve(self, down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            down_w.close()
+            return
         try:
             up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         except OSError:
@@ -449,61 +475,101 @@ class Swallower:
                     pump.add_done_callback(lambda _t: (down_w.close(), up_w.close()))
 
 
-async def _actions(port: int, topic: str, got: list[str], subscribed: asyncio.Event) -> None:
-    """An actuator's reading of the actions topic, connecting again after a broker restart."""
-    while True:
-        with contextlib.suppress(aiomqtt.MqttError):
-            async with aiomqtt.Client(
-                "127.0.0.1", port, protocol=aiomqtt.ProtocolVersion.V5
-            ) as actuator:
-                await actuator.subscribe(topic, qos=1)
-                subscribed.set()
-                # One by one, not a comprehension: a broker kill ends the loop with an error,
-                # and what came before it must stay counted.
-                async for m in actuator.messages:
-                    got.append(orjson.loads(payload_bytes(m))["id"])  # noqa: PERF401
-        subscribed.clear()
-        await asyncio.sleep(0.05)
+class Actuator:
+    """An actuator's reading of a topic, connecting again after a broker restart."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        self.port = port
+        self.topic = topic
+        self.got: list[str] = []
+        self.subscribed = asyncio.Event()
+        self.subscriptions = 0
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(aiomqtt.MqttError):
+                async with aiomqtt.Client(
+                    "127.0.0.1", self.port, protocol=aiomqtt.ProtocolVersion.V5
+                ) as actuator:
+                    await actuator.subscribe(self.topic, qos=1)
+                    self.subscriptions += 1
+                    self.subscribed.set()
+                    # One by one, not a comprehension: a broker kill ends the loop with an
+                    # error, and what came before it must stay counted.
+                    async for m in actuator.messages:
+                        self.got.append(orjson.loads(payload_bytes(m))["id"])
+            self.subscribed.clear()
+            raise_lost_cancel()  # aiomqtt's waits can swallow one (Python 3.11): stop here
+            await asyncio.sleep(0.05)
+
+
+@dataclass
+class Crash:
+    """An agent and an actuator on one broker, and an event the agent has taken in."""
+
+    agent: Agent
+    bus: MqttBus
+    actuator: Actuator
+    event: Event
+    gate: Proxy  # in front of the agent's connection
+
+    @property
+    def got(self) -> list[str]:
+        return self.actuator.got
+
+    @asynccontextmanager
+    async def agent_held_back(self) -> AsyncIterator[None]:
+        """Keep the agent from connecting until the block has run and the actuator has
+        subscribed again: what the agent sends again on connecting must find a subscriber
+        (on a busy machine the actuator's reconnection could come second)."""
+        self.gate.refusing = True
+        before = self.actuator.subscriptions
+        yield
+        await until_holds(
+            lambda: self.actuator.subscriptions > before, 15, "the actuator subscribed again"
+        )
+        self.gate.refusing = False
 
 
 @asynccontextmanager
 async def crashing(
     broker: Broker, agent_id: str, agent_port: int, actuator_port: int, **bus_kw: Any
-) -> AsyncIterator[tuple[Agent, MqttBus, list[str], Event]]:
+) -> AsyncIterator[Crash]:
     """An agent and an actuator on ``broker`` (each through a port that may be a proxy's),
     and a decided event; yields once the actuator is subscribed."""
-    bus = MqttBus(
-        url=f"mqtt://127.0.0.1:{agent_port}",
-        agent_id=agent_id,
-        reconnect_min_s=1.0,  # time for the actuator to subscribe to a restarted broker
-        reconnect_max_s=1.0,
-        keepalive=2,
-        **bus_kw,
-    )
-    backend = ScriptedBackend(score_s=0.001, live_s=0.001, action={"a": "go"})
-    agent = Agent(SPEC, backend=backend, bus=bus, config=AgentConfig())
-    got: list[str] = []
-    subscribed = asyncio.Event()
-    async with agent, asyncio.TaskGroup() as tg:
-        reading = tg.create_task(_actions(actuator_port, bus.actions_topic, got, subscribed))
-        await bus.wait_connected(10)
-        await subscribed.wait()
-        ev = agent.arrive(
-            Event.from_payload(parse_payload(event(8), max_bytes=65_536), arrival=Arrival.now())
+    async with Proxy(agent_port, kind=None) as gate:
+        bus = MqttBus(
+            url=f"mqtt://127.0.0.1:{gate.port}",
+            agent_id=agent_id,
+            reconnect_min_s=0.25,
+            reconnect_max_s=0.25,
+            keepalive=2,
+            **bus_kw,
         )
-        yield agent, bus, got, ev
-        async with asyncio.timeout(15):
-            await until(subscribed.is_set, 10.0)
-            await until(lambda: bus.connected, 10.0)
-        # What the reconnection sends again goes out before the agent says it is connected;
-        # a decision published after it comes after it, on one session, in order.
-        marker = agent.arrive(
-            Event.from_payload(parse_payload(event(9), max_bytes=65_536), arrival=Arrival.now())
-        )
-        await bus.publish(marker, await agent.decide(marker))
-        await until_holds(lambda: "e9" in got, 15, "the marker decision at the actuator")
-        got.remove("e9")
-        reading.cancel()
+        backend = ScriptedBackend(score_s=0.001, live_s=0.001, action={"a": "go"})
+        agent = Agent(SPEC, backend=backend, bus=bus, config=AgentConfig())
+        actuator = Actuator(actuator_port, bus.actions_topic)
+        async with agent, asyncio.TaskGroup() as tg:
+            reading = tg.create_task(actuator.run())
+            await bus.wait_connected(10)
+            async with asyncio.timeout(10):
+                await actuator.subscribed.wait()
+            ev = agent.arrive(
+                Event.from_payload(parse_payload(event(8), max_bytes=65_536), arrival=Arrival.now())
+            )
+            yield Crash(agent, bus, actuator, ev, gate)
+            async with asyncio.timeout(15):
+                await until(actuator.subscribed.is_set, 10.0)
+                await until(lambda: bus.connected, 10.0)
+            # What the reconnection sends again goes out before the agent says it is
+            # connected; a decision published after it comes after it, on one session, in order.
+            marker = agent.arrive(
+                Event.from_payload(parse_payload(event(9), max_bytes=65_536), arrival=Arrival.now())
+            )
+            await bus.publish(marker, await agent.decide(marker))
+            await until_holds(lambda: "e9" in actuator.got, 15, "the marker decision")
+            actuator.got.remove("e9")
+            reading.cancel()
 
 
 @pytest.mark.parametrize(("resend_window_s", "replay_s"), [(0.5, 0.0), (0.0, 10.0), (0.0, 0.0)])
@@ -517,7 +583,7 @@ async def test_a_decision_a_killed_broker_acknowledged_but_never_passed_on_is_se
     # connection, and, since this broker also lost our session (its CONNACK says so), what
     # completed within ``replay_s``; without either the decision is lost and nothing can tell.
     async with (
-        Swallower(broker.port, kind=3, to_broker=False) as proxy,
+        Proxy(broker.port, kind=3, to_broker=False) as proxy,
         crashing(
             broker,
             agent_id,
@@ -525,17 +591,18 @@ async def test_a_decision_a_killed_broker_acknowledged_but_never_passed_on_is_se
             proxy.port,
             resend_window_s=resend_window_s,
             replay_s=replay_s,
-        ) as (agent, bus, got, ev),
+        ) as crash,
     ):
         proxy.swallow = True
-        await bus.publish(ev, await agent.decide(ev))  # the broker's PUBACK came
+        await crash.bus.publish(crash.event, await crash.agent.decide(crash.event))  # PUBACK came
         assert await until(lambda: proxy.swallowed == 1, 10.0) is not None
-        broker.stop()
-        broker.start()  # not persistent: it forgot every session and message
-        proxy.swallow = False
+        async with crash.agent_held_back():
+            broker.stop()
+            broker.start()  # not persistent: it forgot every session and message
+            proxy.swallow = False
     sent_again = bool(resend_window_s or replay_s)
-    assert got == (["e8"] if sent_again else []), bus.stats
-    assert bus.stats.resent == (1 if sent_again else 0)
+    assert crash.got == (["e8"] if sent_again else []), crash.bus.stats
+    assert crash.bus.stats.resent == (1 if sent_again else 0)
 
 
 async def test_a_decision_before_a_broker_froze_and_was_killed_is_sent_again(
@@ -546,22 +613,23 @@ async def test_a_decision_before_a_broker_froze_and_was_killed_is_sent_again(
     # loss, outside a window counted back from the loss. The window counts back from when the
     # broker was last heard. Checked to fail when it counted from the loss (nothing arrived).
     async with (
-        Swallower(broker.port, kind=3, to_broker=False) as proxy,
-        crashing(broker, agent_id, broker.port, proxy.port) as (agent, bus, got, ev),
+        Proxy(broker.port, kind=3, to_broker=False) as proxy,
+        crashing(broker, agent_id, broker.port, proxy.port) as crash,
     ):
         proxy.swallow = True
-        await bus.publish(ev, await agent.decide(ev))
+        await crash.bus.publish(crash.event, await crash.agent.decide(crash.event))
         assert await until(lambda: proxy.swallowed == 1, 10.0) is not None
         broker.freeze()
         # > resend_window_s (0.5 s); < half a keepalive (1 s), after which the probe asks, and
         # the answer a thawed broker gives before the kill would count as heard.
         await asyncio.sleep(0.75)
-        assert bus.connected
-        broker.stop()
-        broker.start()
-        proxy.swallow = False
-    assert got == ["e8"], bus.stats
-    assert bus.stats.resent == 1
+        assert crash.bus.connected
+        async with crash.agent_held_back():
+            broker.stop()
+            broker.start()
+            proxy.swallow = False
+    assert crash.got == ["e8"], crash.bus.stats
+    assert crash.bus.stats.resent == 1
 
 
 @pytest.mark.parametrize("resend_window_s", [0.5, 0.0])
@@ -575,7 +643,7 @@ async def test_a_qos2_decision_a_restarted_broker_forgot_mid_handshake_is_sent_a
     # again a decision whose handshake completed on a later connection; without that (window
     # 0) it is lost, and nothing can tell.
     async with (
-        Swallower(broker.port, kind=6, to_broker=True) as proxy,
+        Proxy(broker.port, kind=6, to_broker=True) as proxy,
         crashing(
             broker,
             agent_id,
@@ -583,18 +651,20 @@ async def test_a_qos2_decision_a_restarted_broker_forgot_mid_handshake_is_sent_a
             broker.port,
             actions_qos=2,
             resend_window_s=resend_window_s,
-        ) as (agent, bus, got, ev),
+        ) as crash,
     ):
         proxy.swallow = True
-        publishing = asyncio.create_task(bus.publish(ev, await agent.decide(ev)))
+        decision = await crash.agent.decide(crash.event)
+        publishing = asyncio.create_task(crash.bus.publish(crash.event, decision))
         assert await until(lambda: proxy.swallowed == 1, 10.0) is not None
-        broker.stop()
-        broker.start()
-        proxy.swallow = False
+        async with crash.agent_held_back():
+            broker.stop()
+            broker.start()
+            proxy.swallow = False
         async with asyncio.timeout(15):
             await publishing  # the PUBREL again, and a PUBCOMP "success"
-    assert got == (["e8"] if resend_window_s else []), bus.stats
-    assert bus.stats.republished == 1
+    assert crash.got == (["e8"] if resend_window_s else []), crash.bus.stats
+    assert crash.bus.stats.republished == 1
 
 
 def test_bad_delivery_settings_are_named() -> None:
@@ -617,7 +687,7 @@ async def test_a_broker_that_does_not_answer_the_subscribe_is_left_within_half_a
     # add_reader", logged at the same time). Here the broker's SUBACK is swallowed once: the
     # bus gives up on that connection after half a keepalive (1 s) and is subscribed on the
     # next one. Checked to fail with aiomqtt's 5 s (not connected within 3.5 s).
-    async with Swallower(broker.port, kind=9, to_broker=False) as proxy:
+    async with Proxy(broker.port, kind=9, to_broker=False) as proxy:
         proxy.swallow = True
         bus = MqttBus(url=f"mqtt://127.0.0.1:{proxy.port}", agent_id=agent_id, keepalive=2)
         backend = ScriptedBackend(score_s=0.001, live_s=0.001, action={"a": "go"})
@@ -634,30 +704,39 @@ async def test_a_refusal_made_while_the_broker_is_down_goes_out_once_it_is_back(
 ) -> None:
     """Checked to fail before refusals went through the session: one made while the
     connection was down was dropped without a word (nothing reached the errors topic)."""
-    bus = MqttBus(
-        url=broker.url, agent_id=agent_id, reconnect_min_s=1.0, reconnect_max_s=1.0, keepalive=2
-    )
-    agent = Agent(SPEC, backend=ScriptedBackend(action={"a": "go"}), bus=bus, config=AgentConfig())
-    got: list[str] = []
-    subscribed = asyncio.Event()
-    async with agent, asyncio.TaskGroup() as tg:
-        reading = tg.create_task(_actions(broker.port, bus.errors_topic, got, subscribed))
-        await bus.wait_connected(10)
-        await subscribed.wait()
-        ev = agent.arrive(
-            Event.from_payload(parse_payload(event(8), max_bytes=65_536), arrival=Arrival.now())
+    async with Proxy(broker.port, kind=None) as gate:
+        bus = MqttBus(
+            url=f"mqtt://127.0.0.1:{gate.port}",
+            agent_id=agent_id,
+            reconnect_min_s=0.25,
+            reconnect_max_s=0.25,
+            keepalive=2,
         )
-        broker.stop()
-        assert await until(lambda: not bus.connected, 10.0) is not None
-        refusing = asyncio.create_task(bus.reject(ev, "expired: waited 900 ms before arrival"))
-        await until_holds(lambda: bus._completions, 10, "the refusal handed to the session")
-        assert not refusing.done()  # it waits for the broker, as a decision does
-        broker.start()
-        async with asyncio.timeout(15):
-            await refusing
-        await until(lambda: bool(got), 5.0)
-        reading.cancel()
-    assert got == ["e8"], bus.stats
+        backend = ScriptedBackend(action={"a": "go"})
+        agent = Agent(SPEC, backend=backend, bus=bus, config=AgentConfig())
+        actuator = Actuator(broker.port, bus.errors_topic)
+        async with agent, asyncio.TaskGroup() as tg:
+            reading = tg.create_task(actuator.run())
+            await bus.wait_connected(10)
+            async with asyncio.timeout(10):
+                await actuator.subscribed.wait()
+            ev = agent.arrive(
+                Event.from_payload(parse_payload(event(8), max_bytes=65_536), arrival=Arrival.now())
+            )
+            gate.refusing = True  # the agent comes back after the actuator (see Crash)
+            broker.stop()
+            assert await until(lambda: not bus.connected, 10.0) is not None
+            refusing = asyncio.create_task(bus.reject(ev, "expired: waited 900 ms before arrival"))
+            await until_holds(lambda: bus._completions, 10, "the refusal handed to the session")
+            assert not refusing.done()  # it waits for the broker, as a decision does
+            broker.start()
+            await until_holds(lambda: actuator.subscriptions == 2, 15, "the actuator back")
+            gate.refusing = False
+            async with asyncio.timeout(15):
+                await refusing
+            await until(lambda: bool(actuator.got), 5.0)
+            reading.cancel()
+    assert actuator.got == ["e8"], bus.stats
 
 
 async def test_a_refusal_a_broker_lost_with_our_session_is_published_again(
