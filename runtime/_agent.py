@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -49,8 +50,8 @@ from ._event import Arrival, Event, EventPayload, parse_payload
 from ._executor import Executor
 from ._freshness import Freshness
 from ._health import health_report
+from ._health_endpoint import HealthEndpoint
 from ._health_report import HealthReport
-from ._health_server import HealthServer
 from ._lost_cancel import raise_lost_cancel
 from ._recorder import McapRecorder
 from ._serve import serve
@@ -139,7 +140,7 @@ class Agent:
         self._stack: contextlib.AsyncExitStack | None = None
         self._runner: asyncio.Task[None] | None = None
         self._started_at: float | None = None
-        self.health_server: HealthServer | None = None
+        self.health_endpoint: HealthEndpoint | None = None
         """The HTTP health endpoint, when ``config.health.port`` is set (its ``port``)."""
         self.engines: dict[str, str] = {}
         """Local model -> the engine this agent chose for it (``llama-server`` or ``torch``)."""
@@ -177,6 +178,17 @@ class Agent:
     def state(self) -> WorldState:
         """The current state."""
         return self._state
+
+    @property
+    def health_server(self) -> HealthEndpoint | None:
+        """The old name of :attr:`health_endpoint`, read with a warning until the next release.
+
+        *Server* means a model server only (the glossary in docs/design.md).
+        """
+        warnings.warn(
+            "Agent.health_server is now Agent.health_endpoint", FutureWarning, stacklevel=2
+        )
+        return self.health_endpoint
 
     @property
     def planner_backend(self) -> ModelBackend:
@@ -302,7 +314,7 @@ class Agent:
                 await stack.enter_async_context(self.bus)
             hc = cfg.health
             if hc.port is not None:
-                self.health_server = HealthServer(
+                self.health_endpoint = HealthEndpoint(
                     report=self.health, host=hc.host, port=hc.port, prometheus=hc.prometheus
                 )
             self._started_at = asyncio.get_running_loop().time()
@@ -357,9 +369,9 @@ class Agent:
                 tg.create_task(self._record_planner(), name=f"forethought[{name}].recorder")
             if self.config.snapshot is not None and self.config.snapshot_interval_s > 0:
                 tg.create_task(self._save_periodically(), name=f"forethought[{name}].snapshot")
-            if self.health_server is not None:
-                tg.create_task(self.health_server.run(), name=f"forethought[{name}].health")
-                await self.health_server.listening.wait()  # a port in use fails the start
+            if self.health_endpoint is not None:
+                tg.create_task(self.health_endpoint.run(), name=f"forethought[{name}].health")
+                await self.health_endpoint.listening.wait()  # a port in use fails the start
             if self.bus is not None:
                 tg.create_task(self.bus.run(), name=f"forethought[{name}].bus")
                 if isinstance(self.bus, SupportsStatus):

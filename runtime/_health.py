@@ -4,7 +4,7 @@ Its typed sections are in :mod:`._health_report`. One snapshot, built from the a
 figures (through :class:`HealthSource`), in three places: :meth:`Agent.health`,
 the retained MQTT ``status`` topic (refreshed every ``health.interval_s``; the broker's last
 will replaces it with ``{"online": false}`` when the connection dies), and the HTTP endpoint of
-:mod:`._health_server` (``/health`` as JSON, ``/metrics`` in Prometheus text).
+:mod:`._health_endpoint` (``/health`` as JSON, ``/metrics`` in Prometheus text).
 
 ``status`` is ``ok`` unless a named reason makes it ``degraded``: the planner backing off after
 failures, the bus disconnected, the model worker restarting. The reasons go with it, so the

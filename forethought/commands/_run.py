@@ -199,9 +199,9 @@ async def _serve_agent(
     async with agent:
         serving = await _connected(agent, stop, connect_timeout_s, display)
         health = ""
-        if agent.health_server is not None:
+        if agent.health_endpoint is not None:
             h = agent.config.health
-            health = f"; health on http://{h.host}:{agent.health_server.port}/health"
+            health = f"; health on http://{h.host}:{agent.health_endpoint.port}/health"
         display.say(
             f"forethought: agent {ident!r} ready on {where}; models: {agent.models()}{health}"
         )

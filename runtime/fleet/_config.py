@@ -1,4 +1,4 @@
-"""Fleet settings and security: where the fleet's NATS servers are, who we are, what we may do.
+"""Fleet settings and security: where the fleet's NATS nodes are, who we are, what we may do.
 
 Whoever can write the fleet's tree can make every robot act, so a production fleet runs NATS
 with TLS and one user per role. :class:`FleetConfig` holds what a connection needs (the server

@@ -64,7 +64,7 @@ def localised(cmd: list[str], ports: dict[str, str], store: Path) -> list[str]:
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
-    # The clients (worker, agents) are asked to stop together, then the NATS server they were
+    # The clients (worker, agents) are asked to stop together, then the NATS node they were
     # connected to: each client shuts its own model server down, which in turn took seconds
     # apiece.
     for group in (started[1:], started[:1]):

@@ -59,8 +59,8 @@ async def test_health_over_http_says_what_is_wrong_and_when_it_is_right_again(
     agent = Agent(SPEC, backend=faulty, config=_config(port=0, prometheus=True))
     async with agent, httpx.AsyncClient() as http:
         assert agent.planner is not None
-        assert agent.health_server is not None
-        base = f"http://127.0.0.1:{agent.health_server.port}"
+        assert agent.health_endpoint is not None
+        base = f"http://127.0.0.1:{agent.health_endpoint.port}"
         await _until(lambda: agent.planner is not None and agent.planner.health.status == "ok")
         for i in range(5):
             await agent.decide({"id": f"e{i}", "type": "clear"})
@@ -116,9 +116,9 @@ async def test_without_prometheus_there_is_no_metrics_path(
     tiny_backend: TransformersBackend,
 ) -> None:
     async with Agent(SPEC, backend=tiny_backend, config=_config(port=0)) as agent:
-        assert agent.health_server is not None
+        assert agent.health_endpoint is not None
         async with httpx.AsyncClient() as http:
-            base = f"http://127.0.0.1:{agent.health_server.port}"
+            base = f"http://127.0.0.1:{agent.health_endpoint.port}"
             assert (await http.get(f"{base}/metrics")).status_code == 404
             assert (await http.get(f"{base}/health")).status_code in (200, 503)
 
@@ -127,8 +127,8 @@ async def test_a_port_in_use_fails_the_start_naming_the_setting(
     tiny_backend: TransformersBackend,
 ) -> None:
     async with Agent(SPEC, backend=tiny_backend, config=_config(port=0)) as first:
-        assert first.health_server is not None
-        taken = first.health_server.port
+        assert first.health_endpoint is not None
+        taken = first.health_endpoint.port
         with pytest.raises(ConfigError, match=r"health\.port") as info:
             async with Agent(SPEC, backend=tiny_backend, config=_config(port=taken)):
                 pass

@@ -1,7 +1,8 @@
 """Renamed settings: the new key works, the old one is read for one release with a warning.
 
 ``executor.probe_after_s`` became ``executor.measure_after_s`` (issue 45: *probe* is only the
-MQTT bus's liveness check; the executor's background call is a latency measurement).
+MQTT bus's liveness check; the executor's background call is a latency measurement), and
+``Agent.health_server`` became ``Agent.health_endpoint`` (*server* is only a model server).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from forethought import Agent, AgentSpec
+from forethought.models import ScriptedBackend
 from forethought.policies import ConfigError
 from forethought.runtime import AgentConfig, ExecutorConfig
 
@@ -64,3 +67,18 @@ def test_the_old_key_is_still_checked_as_the_new_one() -> None:
 def test_both_keys_at_once_is_an_error_naming_both() -> None:
     with pytest.raises(ConfigError, match=r"probe_after_s was renamed .*measure_after_s"):
         AgentConfig.defaults(executor={"probe_after_s": 1.0, "measure_after_s": 2.0})
+
+
+def test_the_old_health_attribute_reads_the_endpoint_with_a_warning() -> None:
+    spec = AgentSpec.from_data(
+        {
+            "name": "renamed",
+            "description": "A test robot.",
+            "action": {"type": "object", "properties": {"a": {"enum": ["stop"]}}},
+            "default_action": {"a": "stop"},
+            "events": [{"type": "ping", "deadline_ms": 500}],
+        }
+    )
+    agent = Agent(spec, backend=ScriptedBackend(action={"a": "stop"}))
+    with pytest.warns(FutureWarning, match=r"Agent\.health_server is now Agent\.health_endpoint"):
+        assert agent.health_server is agent.health_endpoint

@@ -1,4 +1,4 @@
-"""HealthServer: the health report over HTTP, on the agent's own event loop.
+"""HealthEndpoint: the health report over HTTP, on the agent's own event loop.
 
 ``GET /health`` answers the :class:`HealthReport` as JSON: status 200 when ``ok``, 503 when
 ``starting`` or ``degraded`` (what load balancers and orchestrators' health checks expect).
@@ -28,7 +28,7 @@ from forethought.policies import ConfigError
 
 from ._health_report import HealthReport
 
-__all__ = ["HealthServer"]
+__all__ = ["HealthEndpoint"]
 
 log = logging.getLogger("forethought.health")
 
@@ -36,7 +36,7 @@ _MAX_HEAD = 8192
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
-class HealthServer:
+class HealthEndpoint:
     """Serves ``/health`` (and ``/metrics``) until cancelled.
 
     Args:
