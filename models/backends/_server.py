@@ -147,7 +147,7 @@ class ServerBackend:
             never on a command line.
         ca_file: the CA that signs an ``https`` server's certificate (None: system store).
         timeout_s: the longest any request may take when its deadline is unbounded.
-        poll_s: how often ``/slots`` is read for the queue term (0: never).
+        poll_s: how often ``/slots`` is read for the queue term and the health flag (0: never).
         bounds: the grammar's limits on numbers, strings and arrays.
         clock: the clock deadlines are on (default: the loop's that starts the backend).
         latency: a latency model to use (default: a fresh one).
@@ -287,7 +287,10 @@ class ServerBackend:
                 ok = response.status_code == 200
                 read = self._api.busy_slots(response.json()) if ok else None
             except (httpx.HTTPError, ValueError):
-                read = None
+                ok, read = False, None
+            # The newest word on the server's health: a request that failed on a connection
+            # from before a restart, answered after a newer one succeeded, said "down" last.
+            self.stats.healthy = ok
             self._queue(read)
 
     def _queue(self, read: tuple[int, int] | None) -> None:
