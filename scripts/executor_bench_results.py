@@ -71,10 +71,16 @@ def page(run: dict[str, Any]) -> dict[str, Any]:
             "events at 50 Hz (publish or put → action received), the planner generating "
             "throughout. Sides: the event path before (two queues joined by a copy task, the "
             "deadline resolved twice, the id checked three times, an answer validated up to "
-            "three times) and after (one queue, each once), and the same code with the "
-            "interpreter's switch interval at 0.5 ms instead of 5 ms"
+            "three times) and after (one queue, each once)"
             + (
-                " and with torch decoding on fewer threads than the cores "
+                ", the same code with the interpreter's switch interval at "
+                + ", ".join(f"{ms:g} ms" for ms in run["switch_ms"])
+                + " instead of 5 ms"
+                if run.get("switch_ms", [0.5])
+                else ""
+            )
+            + (
+                ", and the same code with torch decoding on fewer threads than the cores "
                 "(`TransformersBackend(threads=N)`), which leaves the event loop's thread a core"
                 if run.get("threads")
                 else ""
