@@ -532,11 +532,12 @@ class Crash:
 
 
 @asynccontextmanager
-async def crashing(
-    broker: Broker, agent_id: str, agent_port: int, actuator_port: int, **bus_kw: Any
+async def agent_and_actuator(
+    agent_port: int, actuator_port: int, agent_id: str, *, errors: bool = False, **bus_kw: Any
 ) -> AsyncIterator[Crash]:
-    """An agent and an actuator on ``broker`` (each through a port that may be a proxy's),
-    and a decided event; yields once the actuator is subscribed."""
+    """An agent (through a gate to ``agent_port``) and an actuator reading its actions topic
+    (or its errors topic) on ``actuator_port``, and an event the agent has taken in; yields
+    once both are connected."""
     async with Proxy(agent_port, kind=None) as gate:
         bus = MqttBus(
             url=f"mqtt://127.0.0.1:{gate.port}",
@@ -548,7 +549,7 @@ async def crashing(
         )
         backend = ScriptedBackend(score_s=0.001, live_s=0.001, action={"a": "go"})
         agent = Agent(SPEC, backend=backend, bus=bus, config=AgentConfig())
-        actuator = Actuator(actuator_port, bus.actions_topic)
+        actuator = Actuator(actuator_port, bus.errors_topic if errors else bus.actions_topic)
         async with agent, asyncio.TaskGroup() as tg:
             reading = tg.create_task(actuator.run())
             await bus.wait_connected(10)
@@ -558,18 +559,29 @@ async def crashing(
                 Event.from_payload(parse_payload(event(8), max_bytes=65_536), arrival=Arrival.now())
             )
             yield Crash(agent, bus, actuator, ev, gate)
-            async with asyncio.timeout(15):
-                await until(actuator.subscribed.is_set, 10.0)
-                await until(lambda: bus.connected, 10.0)
-            # What the reconnection sends again goes out before the agent says it is
-            # connected; a decision published after it comes after it, on one session, in order.
-            marker = agent.arrive(
-                Event.from_payload(parse_payload(event(9), max_bytes=65_536), arrival=Arrival.now())
-            )
-            await bus.publish(marker, await agent.decide(marker))
-            await until_holds(lambda: "e9" in actuator.got, 15, "the marker decision")
-            actuator.got.remove("e9")
             reading.cancel()
+
+
+@asynccontextmanager
+async def crashing(
+    broker: Broker, agent_id: str, agent_port: int, actuator_port: int, **bus_kw: Any
+) -> AsyncIterator[Crash]:
+    """:func:`agent_and_actuator`, and after the block a marker decision that must reach the
+    actuator after anything sent again (it is taken out of ``got``)."""
+    async with agent_and_actuator(agent_port, actuator_port, agent_id, **bus_kw) as crash:
+        yield crash
+        agent, bus, actuator = crash.agent, crash.bus, crash.actuator
+        async with asyncio.timeout(15):
+            await until(actuator.subscribed.is_set, 10.0)
+            await until(lambda: bus.connected, 10.0)
+        # What the reconnection sends again goes out before the agent says it is connected;
+        # a decision published after it comes after it, on one session, in order.
+        marker = agent.arrive(
+            Event.from_payload(parse_payload(event(9), max_bytes=65_536), arrival=Arrival.now())
+        )
+        await bus.publish(marker, await agent.decide(marker))
+        await until_holds(lambda: "e9" in actuator.got, 15, "the marker decision")
+        actuator.got.remove("e9")
 
 
 @pytest.mark.parametrize(("resend_window_s", "replay_s"), [(0.5, 0.0), (0.0, 10.0), (0.0, 0.0)])
@@ -704,39 +716,22 @@ async def test_a_refusal_made_while_the_broker_is_down_goes_out_once_it_is_back(
 ) -> None:
     """Checked to fail before refusals went through the session: one made while the
     connection was down was dropped without a word (nothing reached the errors topic)."""
-    async with Proxy(broker.port, kind=None) as gate:
-        bus = MqttBus(
-            url=f"mqtt://127.0.0.1:{gate.port}",
-            agent_id=agent_id,
-            reconnect_min_s=0.25,
-            reconnect_max_s=0.25,
-            keepalive=2,
-        )
-        backend = ScriptedBackend(action={"a": "go"})
-        agent = Agent(SPEC, backend=backend, bus=bus, config=AgentConfig())
-        actuator = Actuator(broker.port, bus.errors_topic)
-        async with agent, asyncio.TaskGroup() as tg:
-            reading = tg.create_task(actuator.run())
-            await bus.wait_connected(10)
-            async with asyncio.timeout(10):
-                await actuator.subscribed.wait()
-            ev = agent.arrive(
-                Event.from_payload(parse_payload(event(8), max_bytes=65_536), arrival=Arrival.now())
-            )
-            gate.refusing = True  # the agent comes back after the actuator (see Crash)
-            broker.stop()
-            assert await until(lambda: not bus.connected, 10.0) is not None
-            refusing = asyncio.create_task(bus.reject(ev, "expired: waited 900 ms before arrival"))
-            await until_holds(lambda: bus._completions, 10, "the refusal handed to the session")
-            assert not refusing.done()  # it waits for the broker, as a decision does
-            broker.start()
-            await until_holds(lambda: actuator.subscriptions == 2, 15, "the actuator back")
-            gate.refusing = False
-            async with asyncio.timeout(15):
-                await refusing
-            await until(lambda: bool(actuator.got), 5.0)
-            reading.cancel()
-    assert actuator.got == ["e8"], bus.stats
+    expired = "expired: waited 900 ms before arrival"
+    async with agent_and_actuator(broker.port, broker.port, agent_id, errors=True) as crash:
+        bus = crash.bus
+        crash.gate.refusing = True  # the agent comes back after the actuator (see Crash)
+        broker.stop()
+        assert await until(lambda: not bus.connected, 10.0) is not None
+        refusing = asyncio.create_task(bus.reject(crash.event, expired))
+        await until_holds(lambda: bus._completions, 10, "the refusal handed to the session")
+        assert not refusing.done()  # it waits for the broker, as a decision does
+        broker.start()
+        await until_holds(lambda: crash.actuator.subscriptions == 2, 15, "the actuator back")
+        crash.gate.refusing = False
+        async with asyncio.timeout(15):
+            await refusing
+        await until(lambda: bool(crash.got), 5.0)
+    assert crash.got == ["e8"], bus.stats
 
 
 async def test_a_refusal_a_broker_lost_with_our_session_is_published_again(
