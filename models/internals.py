@@ -15,6 +15,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
+    from ._cancellation import raise_lost_cancel, wait_cancelled
     from ._clock import Pass, PassKind
     from ._cost import Cost
     from ._engine import EngineChoice, choose_engine
@@ -42,8 +43,10 @@ __all__ = [
     "llama_server_path",
     "make_grammar_compiler",
     "prompt_length_bucket",
+    "raise_lost_cancel",
     "resolve_model",
     "state_text",
+    "wait_cancelled",
 ]
 
 # Name -> the private module that defines it (relative to this package).
@@ -63,8 +66,10 @@ _WHERE = {
     "llama_server_path": ".backends._llama_binary",
     "make_grammar_compiler": ".grammar._compilers",
     "prompt_length_bucket": "._prompt",
+    "raise_lost_cancel": "._cancellation",
     "resolve_model": "._model_source",
     "state_text": "._prompt",
+    "wait_cancelled": "._cancellation",
 }
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from forethought.models import ModelBackend
-from forethought.models.internals import ModelGate
+from forethought.models.internals import ModelGate, raise_lost_cancel, wait_cancelled
 from forethought.planner.internals import Forecaster, Planner
 from forethought.policies import (
     AgentSpec,
@@ -52,7 +52,6 @@ from ._freshness import Freshness
 from ._health import health_report
 from ._health_endpoint import HealthEndpoint
 from ._health_report import HealthReport
-from ._lost_cancel import raise_lost_cancel
 from ._recorder import McapRecorder
 from ._serve import serve
 from ._start_steps import NoSteps, StartSteps
@@ -730,8 +729,4 @@ async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
             log.warning("agent stopped after a failure: %s", _first_error(failure))
         return
     task.cancel()
-    # asyncio.wait, not `await task`: the task's own CancelledError is expected, but one aimed
-    # at the caller (a timeout around the agent's exit) must reach it, not pass for the task's.
-    await asyncio.wait([task])
-    if not task.cancelled():
-        task.result()
+    await wait_cancelled(task)  # a timeout around the agent's exit stays the caller's

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from forethought.models import GenerationStatus, ModelBackend
-from forethought.models.internals import ModelGate, state_text
+from forethought.models.internals import ModelGate, state_text, wait_cancelled
 from forethought.policies import (
     ActionSchema,
     EventKey,
@@ -636,9 +636,7 @@ class Executor:
         measuring, self._measuring = self._measuring, None
         if measuring is not None and not measuring.done():
             measuring.cancel()
-            await asyncio.wait([measuring])  # its CancelledError expected, ours not swallowed
-            if not measuring.cancelled():
-                measuring.result()
+            await wait_cancelled(measuring)
 
     def _backed_off(self, tier: str, kind: tuple[str, int], skipped: list[tuple[str, str]]) -> bool:
         """Whether not to start ``tier``'s call for this kind of event (type, prompt length).

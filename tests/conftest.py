@@ -59,6 +59,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # CI's own limit, with no word of where. So past its timeout and this margin, every
 # thread's stack goes to the real stderr and the run ends, failed.
 _STUCK_MARGIN_S = 120.0
+_STDERR = pytest.StashKey[int]()  # the real stderr's descriptor, kept at configure
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -98,9 +99,6 @@ def pytest_exception_interact(node: pytest.Item | pytest.Collector) -> None:
     test's clean-up is where a stuck one hangs."""
     if isinstance(node, pytest.Item):
         _arm(node)
-
-
-_STDERR = pytest.StashKey[int]()
 
 
 ROBOT_ACTION = {

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from forethought.models.internals import wait_cancelled
 from forethought.policies import ConfigError
 from forethought.runtime import (
     Agent,
@@ -176,9 +177,7 @@ async def _connected(
             waiter.result()
         except TimeoutError:
             serving.cancel()
-            await asyncio.wait([serving])  # its CancelledError expected, ours not swallowed
-            if not serving.cancelled():
-                serving.result()
+            await wait_cancelled(serving)
             raise ConfigError(
                 "mqtt",
                 bus.url,
@@ -212,9 +211,7 @@ async def _serve_agent(
             await serving
         finally:
             progress.cancel()
-            await asyncio.wait([progress])  # its CancelledError expected, ours not swallowed
-            if not progress.cancelled():
-                progress.result()
+            await wait_cancelled(progress)
         display.say("forethought: shutting down")
     display.finish()
     stats = agent.stats()

@@ -46,6 +46,7 @@ from forethought.policies import (
 )
 
 from .._backend import CancelSignal, Generation, GenerationStatus, Scores
+from .._cancellation import wait_cancelled
 from .._clock import Clock, LoopClock, MonotonicClock
 from .._decode_run import split_candidates
 from .._latency import LatencyModel, Prediction
@@ -245,9 +246,7 @@ class ServerBackend:
         poller, self._poller = self._poller, None
         if poller is not None:
             poller.cancel()
-            await asyncio.wait([poller])  # its CancelledError expected, ours not swallowed
-            if not poller.cancelled():
-                poller.result()
+            await wait_cancelled(poller)
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from forethought.policies import ConfigError
 
+from .._cancellation import wait_cancelled
 from .._health import PlannerHealth
 
 if TYPE_CHECKING:
@@ -170,9 +171,7 @@ class ServerProcess:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.cancel()
-            await asyncio.wait([watcher])  # its CancelledError expected, ours not swallowed
-            if not watcher.cancelled():
-                watcher.result()
+            await wait_cancelled(watcher)
         await self._end(self._proc)
         self._proc = None
         if self._dir is not None:

@@ -33,9 +33,9 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
+from forethought.models.internals import raise_lost_cancel, wait_cancelled
 from forethought.policies import EventKey, ForethoughtError, PolicyNode, PolicyTree, WorldState
 
-from .._lost_cancel import raise_lost_cancel
 from ._config import FleetConfig
 from ._record import BranchRecord, decode_key
 
@@ -162,9 +162,7 @@ class FleetTree:
     async def __aexit__(self, *exc_info: object) -> None:
         if self._runner is not None:
             self._runner.cancel()
-            await asyncio.wait([self._runner])  # its CancelledError expected, ours not swallowed
-            if not self._runner.cancelled():
-                self._runner.result()
+            await wait_cancelled(self._runner)
         if self._nc is not None:
             with contextlib.suppress(*NATS_ERRORS):
                 await self._nc.close()

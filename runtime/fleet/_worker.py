@@ -32,7 +32,7 @@ from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from forethought.models import ModelBackend
-from forethought.models.internals import ModelGate
+from forethought.models.internals import ModelGate, raise_lost_cancel, wait_cancelled
 from forethought.planner import PlannerConfig
 from forethought.planner.internals import Forecaster, Planner
 from forethought.policies import (
@@ -44,7 +44,6 @@ from forethought.policies import (
     WorldState,
 )
 
-from .._lost_cancel import raise_lost_cancel
 from ._config import FleetConfig
 from ._record import BranchRecord, branch_key, prompt_hash
 from ._tree import NATS_ERRORS, FleetTree, describe
@@ -453,6 +452,4 @@ class _Tasks:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            await asyncio.wait([task])  # its CancelledError expected, ours not swallowed
-            if not task.cancelled():
-                task.result()
+            await wait_cancelled(task)

@@ -67,6 +67,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from pydantic import Field
 
+from forethought.models.internals import raise_lost_cancel
 from forethought.policies import ConfigError, InvalidEvent
 
 from .._age import expiry_interval_s
@@ -75,7 +76,6 @@ from .._decision import Decision
 from .._event import Arrival, Event, ReplyTo, parse_payload, raw_id
 from .._health_report import BusSection, HealthReport
 from .._id_window import MQTT_PUBLISHED_MAX_IDS, IdWindow
-from .._lost_cancel import raise_lost_cancel
 from ._bus import BusStats
 from ._drop_oldest import DropOldestQueue
 from ._mqtt_security import MqttSecurity, parse_broker_url, refusal

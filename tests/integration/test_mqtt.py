@@ -18,10 +18,10 @@ from paho.mqtt.properties import Properties
 
 from forethought import Agent, AgentConfig, AgentSpec
 from forethought.models import ScriptedBackend
+from forethought.models.internals import raise_lost_cancel
 from forethought.policies import ConfigError
 from forethought.runtime import ActedIds, Event, MqttBus, stamp_event
 from forethought.runtime._event import Arrival, parse_payload
-from forethought.runtime._lost_cancel import raise_lost_cancel
 from forethought.runtime.transports._mqtt import payload_bytes
 from forethought.testing import MosquittoBroker as Broker
 from forethought.testing import until, until_holds

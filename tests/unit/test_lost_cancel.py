@@ -7,8 +7,8 @@ import contextlib
 
 import pytest
 
+from forethought.models.internals import raise_lost_cancel
 from forethought.runtime._agent import _cancel_and_wait
-from forethought.runtime._lost_cancel import raise_lost_cancel
 
 
 async def _swallowing_call(entered: asyncio.Event) -> str:
