@@ -171,7 +171,8 @@ async def test_all_nodes_down_agents_keep_deciding_plan_alone_and_resync(
             await wait_for(lambda: offered.stats.offered >= len(own), 90, "the offers sent")
             await bucket_holding(cluster.url, fleet, own, 30)
             await settled([w])
-            after = await bucket(cluster.url, fleet)
+            # Read again once it holds all (a node still catching up can answer empty).
+            after = await bucket_holding(cluster.url, fleet, own | set(before), 30)
             await wait_for(lambda: holds(robots[1]) >= set(after), 15, "robot 1's resync")
     assert len(while_down) >= 2 * 100  # about 50 events a second per robot for 10 s
     assert Tier.TREE in while_down
