@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ._errors import ConfigError, first_problem
 
-__all__ = ["EventKey", "EventSpace", "EventType", "Grid"]
+__all__ = ["EventKey", "EventSpace", "EventType", "Grid", "GridSnap"]
 
 Scalar = str | int | float | bool
 _EPS = 1e-9
@@ -51,19 +51,43 @@ class Grid(BaseModel):
 
     def values(self) -> list[float | int]:
         """Every grid value, ints where the grid is integral."""
+        snapper = self.snapper()
         n = round((self.max - self.min) / self.step)
-        return [self._clean(self.min + i * self.step) for i in range(n + 1)]
+        return [snapper.clean(self.min + i * self.step) for i in range(n + 1)]
 
-    def _clean(self, x: float) -> float | int:
-        x = round(x, self.decimals)
+    def snapper(self) -> GridSnap:
+        """The grid's rounding worked out once, for a caller that snaps many values."""
         integral = float(self.step).is_integer() and float(self.min).is_integer()
-        return int(x) if integral else x
+        return GridSnap(self.min, self.max, self.step, self.decimals, integral)
+
+    def snap(self, x: float) -> float | int | None:
+        """The nearest grid value, or None when ``x`` lies outside ``[min, max]``."""
+        return self.snapper().snap(x)
+
+
+@dataclass(frozen=True, slots=True)
+class GridSnap:
+    """A :class:`Grid`'s snapping with its rounding worked out.
+
+    What an event's key reads on every decision (the grid itself works it out at each call).
+    """
+
+    min: float
+    max: float
+    step: float
+    decimals: int
+    integral: bool
+
+    def clean(self, x: float) -> float | int:
+        """``x`` rounded to the grid's decimals, an int where the grid is integral."""
+        x = round(x, self.decimals)
+        return int(x) if self.integral else x
 
     def snap(self, x: float) -> float | int | None:
         """The nearest grid value, or None when ``x`` lies outside ``[min, max]``."""
         if not math.isfinite(x) or x < self.min - _EPS or x > self.max + _EPS:
             return None
-        return self._clean(self.min + round((x - self.min) / self.step) * self.step)
+        return self.clean(self.min + round((x - self.min) / self.step) * self.step)
 
 
 class EventType(BaseModel):
@@ -168,7 +192,7 @@ class EventKey:
 class EventSpace:
     """The declared event types; maps raw events to keys and enumerates the space."""
 
-    __slots__ = ("_keys", "_prior", "_types")
+    __slots__ = ("_domains", "_keys", "_prior", "_types")
 
     def __init__(self, types: Sequence[EventType]) -> None:
         seen: set[str] = set()
@@ -177,6 +201,11 @@ class EventSpace:
                 raise ConfigError(f"events[{i}].type", t.type, "declared twice")
             seen.add(t.type)
         self._types: dict[str, EventType] = {t.type: t for t in types}
+        # Per type, its parameters in key order with their domains ready to match: a grid's
+        # rounding worked out, a list's text values by value (what most events carry).
+        self._domains: dict[str, tuple[tuple[str, _Domain], ...]] = {
+            t.type: tuple((n, _Domain.of(t.params[n])) for n in sorted(t.params)) for t in types
+        }
         self._keys: list[EventKey] = []
         self._prior: dict[EventKey, float] = {}
         total = sum(t.weight for t in types)
@@ -227,28 +256,20 @@ class EventSpace:
 
     def key(self, event_type: str, params: Mapping[str, Any] | None = None) -> EventKey | None:
         """The canonical key of an event, or None when it is out of space."""
-        spec = self._types.get(event_type)
-        if spec is None:
+        domains = self._domains.get(event_type)
+        if domains is None:
             return None
         params = params or {}
-        if params.keys() != spec.params.keys():
+        if len(params) != len(domains):
             return None
         snapped: list[tuple[str, Scalar]] = []
-        for name in sorted(params):
-            value = params[name]
-            domain = spec.params[name]
-            if isinstance(domain, Grid):
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    return None
-                s = domain.snap(float(value))
-                if s is None:
-                    return None
-                snapped.append((name, s))
-            else:
-                match = _find(domain, value)
-                if match is None:
-                    return None
-                snapped.append((name, match))
+        for name, domain in domains:
+            if name not in params:
+                return None
+            match = domain.match(params[name])
+            if match is None:
+                return None
+            snapped.append((name, match))
         return EventKey(event_type, tuple(snapped))
 
     def deadline_ms(self, key: EventKey) -> float:
@@ -280,6 +301,36 @@ class EventSpace:
                     found.append((dist / tol, EventKey(key.type, tuple(params))))
         for dist, k in sorted(found, key=lambda item: item[0]):
             yield k, dist
+
+
+@dataclass(frozen=True, slots=True)
+class _Domain:
+    """One parameter's domain, ready to match a raw value against (:meth:`EventSpace.key`)."""
+
+    grid: GridSnap | None
+    values: list[Scalar]
+    texts: dict[str, str]
+
+    @classmethod
+    def of(cls, domain: list[Scalar] | Grid) -> _Domain:
+        if isinstance(domain, Grid):
+            return cls(domain.snapper(), [], {})
+        texts: dict[str, str] = {}
+        for v in domain:
+            if isinstance(v, str):
+                texts.setdefault(v, v)
+        return cls(None, list(domain), texts)
+
+    def match(self, value: object) -> Scalar | None:
+        """The domain's value for ``value`` (a grid's nearest), or None when it has none."""
+        if self.grid is not None:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return None
+            return self.grid.snap(float(value))
+        if type(value) is str:
+            # Only a text equals a text: the same answer as the scan, in one lookup.
+            return self.texts.get(value)
+        return _find(self.values, value)
 
 
 def _find(domain: list[Scalar], value: object) -> Scalar | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -128,6 +128,28 @@ class Event:
             return self.arrived_at
         return min(self.sent_at, self.arrived_at)
 
+    def resolved(self, deadline: float) -> Event:
+        """The same event with its absolute ``deadline`` (:func:`with_deadline` says which).
+
+        Built field by field: ``dataclasses.replace`` looks the fields up on every call, and
+        this runs once per event on the decision's path.
+        """
+        return Event(
+            id=self.id,
+            type=self.type,
+            params=self.params,
+            arrived_at=self.arrived_at,
+            deadline=deadline,
+            deadline_ms=self.deadline_ms,
+            state=self.state,
+            reply=self.reply,
+            sent_at=self.sent_at,
+            age=self.age,
+            expires_at=self.expires_at,
+            wall_offset_s=self.wall_offset_s,
+            default_only=self.default_only,
+        )
+
     @classmethod
     def from_payload(
         cls,
@@ -186,7 +208,7 @@ def with_deadline(event: Event, type_ms: float) -> Event:
     if event.deadline is not None:
         return event
     ms = event.deadline_ms if event.deadline_ms is not None else type_ms
-    return replace(event, deadline=event.counted_from + ms / 1e3)
+    return event.resolved(event.counted_from + ms / 1e3)
 
 
 def parse_payload(raw: bytes | str | dict[str, Any], *, max_bytes: int) -> EventPayload:

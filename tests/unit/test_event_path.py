@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import fields
 from typing import Any, Self
 
 import pytest
@@ -20,8 +21,9 @@ from forethought.policies import InvalidAction
 from forethought.policies._events import EventKey
 from forethought.policies._tree import PolicyNode, PolicyTree
 from forethought.runtime import Decision, Event, EventPayload, EventsConfig
+from forethought.runtime._age import AgeSource
 from forethought.runtime._backlog import Backlog
-from forethought.runtime._event import Arrival
+from forethought.runtime._event import Arrival, ReplyTo, with_deadline
 from forethought.runtime._freshness import Freshness
 from forethought.runtime.transports._bus import QueuedBus
 from forethought.runtime.transports._drop_oldest import DropOldestQueue
@@ -196,3 +198,32 @@ def test_the_tree_does_not_check_again_what_its_own_check_passed() -> None:
     with pytest.raises(InvalidAction):
         tree.insert(node(4, {"a": "fly"}), checked_by=other)
     assert len(tree) == 3
+
+
+def test_resolving_the_deadline_keeps_every_other_field() -> None:
+    """``Event.resolved`` builds the event field by field: a field it forgot would be lost."""
+    full = Event(
+        id="e1",
+        type="obstacle",
+        params={"side": "left"},
+        arrived_at=10.0,
+        deadline_ms=250.0,
+        state={"zone": "dock"},
+        reply=ReplyTo("replies/1", b"c"),
+        sent_at=9.5,
+        age=AgeSource.SENT_AT_NS,
+        expires_at=20.0,
+        wall_offset_s=-3.0,
+        default_only=True,
+    )
+    unset = Event("e0", "clear", {}, arrived_at=0.0)
+    # Every field but the deadline differs from its default here: none can pass unnoticed.
+    for f in fields(Event):
+        if f.name != "deadline":
+            assert getattr(full, f.name) != getattr(unset, f.name), f.name
+    got = full.resolved(11.0)
+    assert got.deadline == 11.0
+    assert {f.name: getattr(got, f.name) for f in fields(Event) if f.name != "deadline"} == {
+        f.name: getattr(full, f.name) for f in fields(Event) if f.name != "deadline"
+    }
+    assert with_deadline(full, 600.0).deadline == 9.5 + 0.25

@@ -1,6 +1,10 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from forethought.policies import ConfigError, EventKey, EventSpace, InvalidState, WorldState
+from forethought.policies._events import _Domain, _find
+from forethought.policies.internals import Grid
 
 SPECS = [
     {
@@ -168,3 +172,34 @@ def test_bad_states_are_refused() -> None:
         WorldState({"f": object()})
     with pytest.raises(InvalidState):
         WorldState({"a": 1}).patched("nope")  # type: ignore[arg-type]
+
+
+# A mixed list domain: texts, numbers (an int equal to a float), bools beside 1 and 0.
+MIXED: list = ["left", "right", 1, 2.5, True, False, "1", 0]
+
+
+@given(
+    st.one_of(
+        st.sampled_from(MIXED),
+        st.text(max_size=3),
+        st.integers(-2, 3),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.booleans(),
+        st.none(),
+    )
+)
+def test_a_list_domain_matches_as_the_scan_does(value: object) -> None:
+    """The decision path's lookup for text values gives what the full scan gives, always."""
+    assert _Domain.of(MIXED).match(value) == _find(MIXED, value)
+    assert type(_Domain.of(MIXED).match(value)) is type(_find(MIXED, value))
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-5, 15) | st.booleans())
+def test_a_grid_domain_snaps_as_the_grid_does(value: float) -> None:
+    grid = Grid(min=0.25, max=2.0, step=0.25)
+    got = _Domain.of(grid).match(value)
+    if isinstance(value, bool):
+        assert got is None
+    else:
+        assert got == grid.snap(float(value))
+        assert got is None or got in grid.values()
