@@ -109,6 +109,9 @@ async def _decisions(
     cpu: list[float] = []
     lag: list[float] = []
     warm: list[float] = []
+    executor = agent.executor
+    assert executor is not None
+    repeats = executor.stats.duplicates
     for i in range(n):
         if gap_s:
             asked = loop.time()
@@ -130,6 +133,9 @@ async def _decisions(
                 raise RuntimeError(f"not a tree hit: {second}")
         if decision.tier is not Tier.TREE:
             raise RuntimeError(f"not a tree hit: {decision}")
+
+    if executor.stats.duplicates != repeats:  # an id decided before: not a decision timed
+        raise RuntimeError(f"{tag}: event ids repeated")
 
     def q(xs: list[float], p: float) -> float:
         return sorted(xs)[int(p * (len(xs) - 1))] * 1e6
@@ -172,6 +178,48 @@ def _conditions(model: Any) -> list[tuple[str, Work | None, float, float]]:
 PLANNER = "the planner generating (SmolLM2 on its thread)"
 
 
+class _Control:
+    """Plain Python of a decision's size, no agent: 300 calls over 3,000 small objects."""
+
+    def __init__(self) -> None:
+        rng = random.Random(45)
+        self.objects = [{"a": i, "b": str(i), "c": {"k": i}} for i in range(3000)]
+        self.picks = [rng.randrange(3000) for _ in range(300)]
+
+    def work(self) -> int:
+        return sum(self._one(self.objects[k]) for k in self.picks)
+
+    @staticmethod
+    def _one(o: dict[str, Any]) -> int:
+        return int(o["a"]) + len(o["b"]) + int(o["c"]["k"])
+
+    async def timed(self, n: int, gap_s: float) -> dict[str, float]:
+        wall: list[float] = []
+        cpu: list[float] = []
+        for _ in range(n):
+            if gap_s:
+                await asyncio.sleep(gap_s)
+            c0, t0 = time.thread_time(), time.perf_counter()
+            self.work()
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
+
+        def q(xs: list[float], p: float) -> float:
+            return sorted(xs)[int(p * (len(xs) - 1))] * 1e6
+
+        return {
+            "wall_p50_us": q(wall, 0.5),
+            "wall_p99_us": q(wall, 0.99),
+            "cpu_p50_us": q(cpu, 0.5),
+        }
+
+
+CONTROLS = (
+    ("control: plain Python of that size, no agent, back to back", 0.0),
+    ("control: plain Python of that size, no agent, 5 ms apart", 0.005),
+)
+
+
 async def _run(
     backend: TransformersBackend, rounds: int, n: int, say: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -189,7 +237,8 @@ async def _run(
         conditions = _conditions(backend.loaded.model)
         for r in range(rounds):
             order = conditions[r % len(conditions) :] + conditions[: r % len(conditions)]
-            for name, work, gap_s, switch_s in order:
+            for c in order:
+                name, work, gap_s, switch_s = c
                 sys.setswitchinterval(switch_s)
                 stop = threading.Event()
                 thread = None
@@ -198,12 +247,16 @@ async def _run(
                     thread.start()
                     await asyncio.sleep(0.5)
                 try:
-                    got = await _decisions(agent, n, gap_s, f"r{r}-{len(runs.get(name, []))}")
+                    got = await _decisions(agent, n, gap_s, f"r{r}-{conditions.index(c)}")
                 finally:
                     stop.set()
                     if thread is not None:
                         await asyncio.to_thread(thread.join)
                     sys.setswitchinterval(0.005)
+                runs.setdefault(name, []).append(got)
+                say(f"round {r + 1} {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in got.items()))
+            for name, gap_s in CONTROLS:
+                got = await _Control().timed(n, gap_s)
                 runs.setdefault(name, []).append(got)
                 say(f"round {r + 1} {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in got.items()))
             got = await _beside_the_planner(backend, n, f"r{r}-planner")
