@@ -51,6 +51,11 @@ ROOT = Path(__file__).resolve().parent.parent
 Work = Callable[[threading.Event], None]
 
 
+def quantile_us(xs: list[float], p: float) -> float:
+    """The ``p`` quantile of ``xs`` (seconds), in µs."""
+    return sorted(xs)[int(p * (len(xs) - 1))] * 1e6
+
+
 def _stream(stop: threading.Event) -> None:
     a = np.ones(64 * 2**20 // 8)
     b = np.empty_like(a)
@@ -137,14 +142,15 @@ async def _decisions(
     if executor.stats.duplicates != repeats:  # an id decided before: not a decision timed
         raise RuntimeError(f"{tag}: event ids repeated")
 
-    def q(xs: list[float], p: float) -> float:
-        return sorted(xs)[int(p * (len(xs) - 1))] * 1e6
-
-    out = {"wall_p50_us": q(wall, 0.5), "wall_p99_us": q(wall, 0.99), "cpu_p50_us": q(cpu, 0.5)}
+    out = {
+        "wall_p50_us": quantile_us(wall, 0.5),
+        "wall_p99_us": quantile_us(wall, 0.99),
+        "cpu_p50_us": quantile_us(cpu, 0.5),
+    }
     if lag:
-        out |= {"lag_p50_us": q(lag, 0.5), "lag_p99_us": q(lag, 0.99)}
+        out |= {"lag_p50_us": quantile_us(lag, 0.5), "lag_p99_us": quantile_us(lag, 0.99)}
     if warm:
-        out |= {"again_p50_us": q(warm, 0.5), "again_p99_us": q(warm, 0.99)}
+        out |= {"again_p50_us": quantile_us(warm, 0.5), "again_p99_us": quantile_us(warm, 0.99)}
     return out
 
 
@@ -204,13 +210,10 @@ class _Control:
             wall.append(time.perf_counter() - t0)
             cpu.append(time.thread_time() - c0)
 
-        def q(xs: list[float], p: float) -> float:
-            return sorted(xs)[int(p * (len(xs) - 1))] * 1e6
-
         return {
-            "wall_p50_us": q(wall, 0.5),
-            "wall_p99_us": q(wall, 0.99),
-            "cpu_p50_us": q(cpu, 0.5),
+            "wall_p50_us": quantile_us(wall, 0.5),
+            "wall_p99_us": quantile_us(wall, 0.99),
+            "cpu_p50_us": quantile_us(cpu, 0.5),
         }
 
 
@@ -228,6 +231,11 @@ async def _run(
     scripted = ScriptedBackend(action={"action": "stop", "speed": 0}, live_s=0.001, score_s=0.001)
     cfg = AgentConfig.defaults(planner=planner)
     runs: dict[str, list[dict[str, float]]] = {}
+
+    def keep(r: int, name: str, got: dict[str, float]) -> None:
+        runs.setdefault(name, []).append(got)
+        say(f"round {r + 1} {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in got.items()))
+
     async with Agent(spec, backend=scripted, config=cfg) as agent:
         assert agent.planner is not None
         agent.planner.track_cover()
@@ -253,37 +261,25 @@ async def _run(
                     if thread is not None:
                         await asyncio.to_thread(thread.join)
                     sys.setswitchinterval(0.005)
-                runs.setdefault(name, []).append(got)
-                say(f"round {r + 1} {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in got.items()))
+                keep(r, name, got)
             for name, gap_s in CONTROLS:
-                got = await _Control().timed(n, gap_s)
-                runs.setdefault(name, []).append(got)
-                say(f"round {r + 1} {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in got.items()))
-            got = await _beside_the_planner(backend, n, f"r{r}-planner")
-            runs.setdefault(PLANNER, []).append(got)
-            say(f"round {r + 1} {PLANNER}: " + ", ".join(f"{k} {v:.0f}" for k, v in got.items()))
+                keep(r, name, await _Control().timed(n, gap_s))
+            keep(r, PLANNER, await _beside_the_planner(backend, n, f"r{r}-planner"))
     return {
         name: {k: statistics.median(run[k] for run in rs) for k in rs[0]}
         for name, rs in runs.items()
     }
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def _commit() -> str:
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        check=True,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return head + ("+dirty" if dirty else "")
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return _git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
 
 
 def _page(medians: dict[str, Any], rounds: int, n: int, machine: str) -> dict[str, Any]:
