@@ -32,6 +32,10 @@ from forethought.policies import EventKey, EventSpace
 
 __all__ = ["Forecaster"]
 
+_MOST_UNCOUNTED = 1024
+"""Observations kept uncounted at most: a planner that reads nothing for a long while (all
+covered, events flowing) still keeps the list this short."""
+
 
 class Forecaster:
     """Predicts the next event key.
@@ -74,6 +78,10 @@ class Forecaster:
         self._by_state: defaultdict[str, np.ndarray] = defaultdict(lambda: np.zeros(t))
         self._by_prev: defaultdict[int, np.ndarray] = defaultdict(lambda: np.zeros(t))
         self._prev: int | None = None
+        # Observations not yet counted into the arrays: (key index, state, previous index).
+        # Observing is on every decision's path, so it only notes the event; the arrays'
+        # arithmetic runs at the next read, on the planner's side (see _count).
+        self._uncounted: list[tuple[int, str, int | None]] = []
         self.observed = 0
 
     @property
@@ -88,22 +96,32 @@ class Forecaster:
 
     def observe(self, key: EventKey | None, fingerprint: str) -> None:
         """Record an event seen in the state ``fingerprint`` (None: out of space)."""
-        if key is None or key not in self._index:
+        i = None if key is None else self._index.get(key)
+        if i is None:
             return  # out of space: nothing to count, and the context stays as it was
-        i = self._index[key]
-        t = int(self._type_of[i])
-        self._types_seen[t] += 1
-        self._key_counts[i] += 1
-        self._by_state[fingerprint][t] += 1
-        if self._prev is not None:
-            self._by_prev[int(self._type_of[self._prev])][t] += 1
+        self._uncounted.append((i, fingerprint, self._prev))
+        if len(self._uncounted) >= _MOST_UNCOUNTED:
+            self._count()  # nobody has read for a long while: keep the list short
         self._prev = i
         self.observed += 1
+
+    def _count(self) -> None:
+        """Count the observations noted since the last read, in the order they came."""
+        of = self._type_of
+        for i, fingerprint, prev in self._uncounted:
+            t = int(of[i])
+            self._types_seen[t] += 1
+            self._key_counts[i] += 1
+            self._by_state[fingerprint][t] += 1
+            if prev is not None:
+                self._by_prev[int(of[prev])][t] += 1
+        self._uncounted.clear()
 
     def type_distribution(
         self, fingerprint: str, previous: EventKey | None = None, *, use_previous: bool = True
     ) -> np.ndarray:
         """p(next type), in declaration order, given the state and the previous event."""
+        self._count()
         a, ac = self._a, self._ac
         seen = self._types_seen
         p: np.ndarray = (seen + a * self._type_prior) / (seen.sum() + a)

@@ -2,6 +2,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from forethought.planner._forecaster import Forecaster
 from forethought.policies import EventSpace
@@ -79,3 +81,39 @@ def test_coverage_sums_the_answered_mass() -> None:
     assert f.coverage("s", lambda k: k in keys[:2]) == pytest.approx(0.5)
     assert sum(p for _, p in f.top("s", 4)) == pytest.approx(1.0)
     random.seed(0)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 9), st.sampled_from(["s1", "s2"]), st.booleans()),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_counting_at_the_next_read_learns_what_counting_at_once_learns(
+    steps: list[tuple[int, str, bool]],
+) -> None:
+    """Observations are counted when the distribution is next read; what it then says is
+    what a forecaster counting each observation at once says, reads interleaved anyhow."""
+    space = EventSpace.from_specs(
+        [
+            {"type": "a", "deadline_ms": 1, "params": {"n": [0, 1, 2, 3]}},
+            {"type": "b", "deadline_ms": 1, "weight": 2, "params": {"n": [0, 1, 2]}},
+            {"type": "c", "deadline_ms": 1, "params": {"n": [0, 1, 2]}},
+        ]
+    )
+    keys = space.keys()
+    later, at_once = Forecaster(space), Forecaster(space)
+    for index, state, read in steps:
+        later.observe(keys[index], state)
+        at_once.observe(keys[index], state)
+        at_once.distribution(state)  # a read after every observation: each counted at once
+        if read:
+            np.testing.assert_array_equal(later.distribution(state), at_once.distribution(state))
+    for state in ("s1", "s2"):
+        np.testing.assert_array_equal(later.distribution(state), at_once.distribution(state))
+        np.testing.assert_array_equal(
+            later.type_distribution(state, use_previous=False),
+            at_once.type_distribution(state, use_previous=False),
+        )
+    assert later.previous == at_once.previous == keys[steps[-1][0]]
