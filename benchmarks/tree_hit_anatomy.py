@@ -48,6 +48,8 @@ from forethought.policies import AgentSpec
 from forethought.runtime import Agent, AgentConfig, Event, Tier
 
 ROOT = Path(__file__).resolve().parent.parent
+BENCH_PLANNER = PlannerConfig(batch_size=4, horizon=1, min_rate=0.0, cost_weight=0.0)
+"""The executor bench's planner, for both agents (the scripted one and the one beside SmolLM2)."""
 Work = Callable[[threading.Event], None]
 
 
@@ -157,9 +159,7 @@ async def _decisions(
 async def _beside_the_planner(backend: TransformersBackend, n: int, tag: str) -> dict[str, float]:
     """Tree hits 5 ms apart while the planner generates with SmolLM2 (the executor bench's
     set-up: 400 keys, so it never runs out of work)."""
-    cfg = AgentConfig.defaults(
-        planner=PlannerConfig(batch_size=4, horizon=1, min_rate=0.0, cost_weight=0.0)
-    )
+    cfg = AgentConfig.defaults(planner=BENCH_PLANNER)
     async with Agent(AgentSpec.from_data(SPEC), backend=backend, config=cfg) as agent:
         assert agent.planner is not None
         agent.planner.track_cover()
@@ -227,9 +227,8 @@ async def _run(
     backend: TransformersBackend, rounds: int, n: int, say: Callable[[str], None]
 ) -> dict[str, Any]:
     spec = AgentSpec.from_data(SPEC)
-    planner = PlannerConfig(batch_size=4, horizon=1, min_rate=0.0, cost_weight=0.0)
     scripted = ScriptedBackend(action={"action": "stop", "speed": 0}, live_s=0.001, score_s=0.001)
-    cfg = AgentConfig.defaults(planner=planner)
+    cfg = AgentConfig.defaults(planner=BENCH_PLANNER)
     runs: dict[str, list[dict[str, float]]] = {}
 
     def keep(r: int, name: str, got: dict[str, float]) -> None:

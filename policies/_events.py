@@ -203,8 +203,8 @@ class EventSpace:
         self._types: dict[str, EventType] = {t.type: t for t in types}
         # Per type, its parameters in key order with their domains ready to match: a grid's
         # rounding worked out, a list's text values by value (what most events carry).
-        self._domains: dict[str, tuple[tuple[str, _Domain], ...]] = {
-            t.type: tuple((n, _Domain.of(t.params[n])) for n in sorted(t.params)) for t in types
+        self._domains: dict[str, dict[str, _Domain]] = {
+            t.type: {n: _Domain.of(t.params[n]) for n in sorted(t.params)} for t in types
         }
         self._keys: list[EventKey] = []
         self._prior: dict[EventKey, float] = {}
@@ -263,7 +263,7 @@ class EventSpace:
         if len(params) != len(domains):
             return None
         snapped: list[tuple[str, Scalar]] = []
-        for name, domain in domains:
+        for name, domain in domains.items():
             if name not in params:
                 return None
             match = domain.match(params[name])
@@ -284,14 +284,15 @@ class EventSpace:
         spec = self._types.get(key.type)
         if spec is None:
             return
+        domains = self._domains[key.type]
         found: list[tuple[float, EventKey]] = []
         for i, (name, value) in enumerate(key.params):
-            domain = spec.params[name]
+            grid = domains[name].grid
             tol = spec.tolerance.get(name)
-            if not isinstance(domain, Grid) or not tol or isinstance(value, str | bool):
+            if grid is None or not tol or isinstance(value, str | bool):
                 continue
             for direction in (-1, 1):
-                other = domain.snap(float(value) + direction * domain.step)
+                other = grid.snap(float(value) + direction * grid.step)
                 if other is None or other == value:
                     continue
                 dist = abs(float(other) - float(value))
