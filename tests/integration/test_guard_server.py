@@ -1,10 +1,11 @@
 """Guards compiled into llama-server's GBNF: sampled actions, none forbidden (issue 47).
 
 The GBNF our server backend sends (:func:`action_gbnf`) for the guard-narrowed schema, given to
-our llama-server build with SmolLM2 sampling at temperature 1.5, a new seed each request: a
-model pushed to write anything the grammar allows. None of the ``SAMPLES`` actions is forbidden;
-the same sampling under the schema as written writes forbidden ones. (Each sample is a whole
-server request: 1,000 take about 4 min on two quiet cores.)
+our llama-server build with SmolLM2 sampling at temperature 1.5, a new seed each request, after
+a prompt whose last example is a forbidden action: a model pushed to write what the guards
+forbid, with only the grammar to stop it. None of the ``SAMPLES`` actions is forbidden; the same
+sampling under the schema as written writes forbidden ones. (Each sample is a whole server
+request: 1,000 take about 4.5 min on two quiet cores.)
 Then the backend's own path: live generations through :class:`ServerBackend` under the
 narrowed schema.
 """
@@ -46,7 +47,18 @@ GUARDS = GuardSet(
     ]
 )
 SAMPLES = 1000
-PROMPT = "You drive a warehouse robot. Write the next action as JSON.\n"
+EXAMPLES: list[dict[str, Any]] = [
+    {"action": "stop", "speed": 0.1, "lights": False},
+    {"action": "reverse", "speed": 1.2, "lights": True},
+]
+"""The prompt's actions, one a line, the last one forbidden by all three guards. The model
+copies the lines' shape, so fewer of its tokens are refused by the grammar and resampled (a
+sample costs about 20% less than after a one-line instruction), and it leans to the forbidden
+values."""
+
+
+def _prompt(schema: ActionSchema) -> str:
+    return "".join(schema.compact(schema.validate(a)) + "\n" for a in EXAMPLES)
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +69,18 @@ def server(smollm2_first_load: LoadedModel) -> Iterator[LlamaServer]:
         yield s
 
 
-async def _sample(url: str, schema: ActionSchema, n: int) -> list[dict[str, Any]]:
+async def _sample(
+    url: str, schema: ActionSchema, n: int, *, first: int = 0
+) -> list[dict[str, Any]]:
     gbnf = action_gbnf(schema.json_schema(ActionForm.COMPACT), OutputBounds())
+    prompt = _prompt(ActionSchema.from_json_schema(ACTION))
     gate = asyncio.Semaphore(4)
     out: list[dict[str, Any]] = []
     async with httpx.AsyncClient(timeout=120) as client:
 
         async def one(seed: int) -> None:
             body = {
-                "prompt": PROMPT,
+                "prompt": prompt,
                 "grammar": gbnf,
                 "temperature": 1.5,
                 "seed": seed,
@@ -81,13 +96,13 @@ async def _sample(url: str, schema: ActionSchema, n: int) -> list[dict[str, Any]
                     raise
 
         async with asyncio.TaskGroup() as tg:
-            for seed in range(n):
+            for seed in range(first, first + n):
                 tg.create_task(one(seed), name=f"test.sample[{seed}]")
     return out
 
 
-# A hang guard, not a speed target: 1,000 requests took 287 s on two quiet cores and 854 s
-# beside two CPU-bound replays.
+# A hang guard, not a speed target: the samples and the control took 249 s on two quiet cores;
+# with a one-line prompt, which cost about 20% more, 854 s beside two CPU-bound replays.
 @pytest.mark.timeout(1800)
 async def test_llama_server_sampling_under_the_narrowed_gbnf_writes_nothing_forbidden(
     server: LlamaServer,
@@ -101,8 +116,15 @@ async def test_llama_server_sampling_under_the_narrowed_gbnf_writes_nothing_forb
         schema.validate(a)
     assert [a for a in actions if GUARDS.refusal(a, {}, {}) is not None] == []
     assert len({a["action"] for a in actions}) >= 2
-    control = await _sample(server.url, schema, 100)
-    assert any(GUARDS.refusal(a, {}, {}) is not None for a in control)
+    # Control: under the schema as written the same sampling writes forbidden actions. Drawn ten
+    # at a time, up to 100, until one is forbidden (one is the claim; the rest would be time).
+    forbidden: list[dict[str, Any]] = []
+    for first in range(0, 100, 10):
+        control = await _sample(server.url, schema, 10, first=SAMPLES + first)
+        forbidden = [a for a in control if GUARDS.refusal(a, {}, {}) is not None]
+        if forbidden:
+            break
+    assert forbidden
 
 
 async def test_the_server_backend_generates_under_the_narrowed_schema(
