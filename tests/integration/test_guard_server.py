@@ -70,10 +70,9 @@ def server(smollm2_first_load: LoadedModel) -> Iterator[LlamaServer]:
 
 
 async def _sample(
-    url: str, schema: ActionSchema, n: int, *, first: int = 0
+    url: str, schema: ActionSchema, prompt: str, n: int, *, first: int = 0
 ) -> list[dict[str, Any]]:
     gbnf = action_gbnf(schema.json_schema(ActionForm.COMPACT), OutputBounds())
-    prompt = _prompt(ActionSchema.from_json_schema(ACTION))
     gate = asyncio.Semaphore(4)
     out: list[dict[str, Any]] = []
     async with httpx.AsyncClient(timeout=120) as client:
@@ -110,7 +109,8 @@ async def test_llama_server_sampling_under_the_narrowed_gbnf_writes_nothing_forb
     schema = ActionSchema.from_json_schema(ACTION)
     narrowed = GUARDS.narrowed(schema, (0, 1, 2))
     assert narrowed is not None
-    actions = await _sample(server.url, narrowed, SAMPLES)
+    prompt = _prompt(schema)
+    actions = await _sample(server.url, narrowed, prompt, SAMPLES)
     assert len(actions) >= SAMPLES * 9 // 10
     for a in actions:
         schema.validate(a)
@@ -120,7 +120,7 @@ async def test_llama_server_sampling_under_the_narrowed_gbnf_writes_nothing_forb
     # at a time, up to 100, until one is forbidden (one is the claim; the rest would be time).
     forbidden: list[dict[str, Any]] = []
     for first in range(0, 100, 10):
-        control = await _sample(server.url, schema, 10, first=SAMPLES + first)
+        control = await _sample(server.url, schema, prompt, 10, first=SAMPLES + first)
         forbidden = [a for a in control if GUARDS.refusal(a, {}, {}) is not None]
         if forbidden:
             break
